@@ -1,0 +1,1 @@
+"""Placement groups from config: bundles per role, strategy, node resources."""

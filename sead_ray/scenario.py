@@ -1,0 +1,265 @@
+"""Scenario: everything domain-specific, loaded from one YAML file.
+
+A scenario holds the agent's SOP and facts, the task objective, the explicit outcome semantics
+(which user status counts as success), the state schema, the behavior library and the consistency
+rules. A new domain is a new scenario file; no code changes.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .config import ConfigError
+from .state import Dimension, State, StateSchema
+
+USER_STATUSES = ("continue", "accept", "refuse", "hangup")
+
+
+@dataclass(frozen=True)
+class Behavior:
+    category: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ConsistencyRule:
+    """A profile is inconsistent when its state lies inside every range of `when` and, if
+    `behavior_categories` is set, it also has a behavior of one of those categories."""
+
+    name: str
+    reason: str
+    when: Mapping[str, tuple[int, int]]
+    behavior_categories: tuple[str, ...] = ()
+
+    def state_matches(self, schema: StateSchema, state: State) -> bool:
+        values = schema.to_dict(state)
+        return all(lo <= values[dim] <= hi for dim, (lo, hi) in self.when.items())
+
+    def forbids(self, schema: StateSchema, state: State, behaviors: tuple[Behavior, ...]) -> bool:
+        if not self.state_matches(schema, state):
+            return False
+        if not self.behavior_categories:
+            return True
+        return any(b.category in self.behavior_categories for b in behaviors)
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    agent_role: str
+    sop: list[str]
+    facts: list[str]
+    objective: str
+    user_persona: str
+    call_opening: str
+    outcome_of_status: dict[str, str]  # accept/refuse/hangup -> success/failure
+    status_meaning: dict[str, str]
+    schema: StateSchema
+    behaviors: list[Behavior]
+    rules: list[ConsistencyRule] = field(default_factory=list)
+    max_behaviors_per_category: int = 1
+    source: str = "<inline>"
+
+    @property
+    def categories(self) -> list[str]:
+        return sorted({b.category for b in self.behaviors})
+
+    def behavior_by_text(self, text: str) -> Behavior:
+        for b in self.behaviors:
+            if b.text == text:
+                return b
+        raise KeyError(f"behavior not in the scenario's library: {text!r}")
+
+    def state_allowed(self, state: State) -> bool:
+        """False when a rule without behavior conditions forbids the state itself."""
+        return not any(r.forbids(self.schema, state, ()) for r in self.rules if not r.behavior_categories)
+
+    def violated_rules(self, state: State, behaviors: tuple[Behavior, ...]) -> list[ConsistencyRule]:
+        broken = [r for r in self.rules if r.forbids(self.schema, state, behaviors)]
+        return broken
+
+    def allowed_states(self) -> list[State]:
+        return [s for s in self.schema.grid() if self.state_allowed(s)]
+
+
+# --------------------------------------------------------------------------- loading
+
+def _need(tree: Mapping, key: str, where: str, kind: type | tuple = str) -> Any:
+    if key not in tree:
+        raise ConfigError(f"{where}: missing required field '{key}'")
+    value = tree[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ConfigError(f"{where}: field '{key}' must be a {names}, got {type(value).__name__}")
+    return value
+
+
+def _str_list(value: Any, key: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"{where}: field '{key}' must be a non-empty list of strings")
+    return list(value)
+
+
+_CATEGORY_PREFIX = re.compile(r"^\s*\d+\s*\.\s*")
+
+
+def _load_behavior_library(spec: Any, base: Path, where: str) -> list[Behavior]:
+    """`behaviors` is either {file: PATH} (PATH relative to the scenario file, or
+    `package:NAME` for package data) or an inline mapping category -> [behavior, ...]."""
+    if isinstance(spec, dict) and set(spec) == {"file"}:
+        ref = spec["file"]
+        if not isinstance(ref, str):
+            raise ConfigError(f"{where}: field 'behaviors.file' must be a string")
+        try:
+            if ref.startswith("package:"):
+                text = resources.files("sead_ray").joinpath("data", ref[len("package:"):]).read_text()
+            else:
+                text = (base / ref).read_text()
+            data = json.loads(text)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{where}: field 'behaviors.file' = {ref!r} cannot be read: {exc}") from None
+        if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), dict):
+            data = next(iter(data.values()))  # the SEAD file wraps categories in one top-level key
+        where = f"{where} (behaviors.file {ref})"
+    else:
+        data = spec
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{where}: field 'behaviors' must map categories to lists of behaviors")
+    out, seen = [], set()
+    for raw_cat, items in data.items():
+        cat = _CATEGORY_PREFIX.sub("", str(raw_cat)).strip()
+        for text in _str_list(items, f"behaviors.{raw_cat}", where):
+            text = text.strip()
+            if text in seen:
+                raise ConfigError(f"{where}: behavior listed twice: {text!r}")
+            seen.add(text)
+            out.append(Behavior(cat, text))
+    return out
+
+
+def _load_schema(items: Any, where: str) -> StateSchema:
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{where}: field 'state_schema' must be a non-empty list of dimensions")
+    dims = []
+    for i, item in enumerate(items):
+        w = f"state_schema[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: field '{w}' must be a mapping with 'name' and 'levels'")
+        name = _need(item, "name", f"{where}: {w}")
+        levels = _str_list(item.get("levels"), f"{w}.levels", where)
+        if len(levels) < 2:
+            raise ConfigError(f"{where}: field '{w}.levels' needs at least 2 levels")
+        dims.append(Dimension(name, tuple(levels)))
+    names = [d.name for d in dims]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: field 'state_schema' repeats a dimension name: {names}")
+    return StateSchema(tuple(dims))
+
+
+def _load_rules(items: Any, schema: StateSchema, categories: set[str], where: str) -> list[ConsistencyRule]:
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: field 'consistency.rules' must be a list")
+    rules = []
+    for i, item in enumerate(items):
+        w = f"consistency.rules[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: field '{w}' must be a mapping")
+        unknown = set(item) - {"name", "reason", "when", "behavior_categories"}
+        if unknown:
+            raise ConfigError(f"{where}: field '{w}' has unknown key(s) {sorted(unknown)}")
+        when_raw = item.get("when")
+        if not isinstance(when_raw, dict) or not when_raw:
+            raise ConfigError(f"{where}: field '{w}.when' must map dimensions to [low, high]")
+        when = {}
+        for dim, rng in when_raw.items():
+            if dim not in schema.names:
+                raise ConfigError(f"{where}: field '{w}.when' names unknown dimension '{dim}' "
+                                  f"(schema has {list(schema.names)})")
+            if isinstance(rng, int) and not isinstance(rng, bool):
+                rng = [rng, rng]
+            if (not isinstance(rng, list) or len(rng) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng) or rng[0] > rng[1]):
+                raise ConfigError(f"{where}: field '{w}.when.{dim}' must be a level or [low, high], got {rng!r}")
+            when[dim] = (rng[0], rng[1])
+        cats = item.get("behavior_categories", [])
+        if not isinstance(cats, list) or any(c not in categories for c in cats):
+            raise ConfigError(f"{where}: field '{w}.behavior_categories' must list known categories "
+                              f"(known: {sorted(categories)})")
+        rules.append(ConsistencyRule(str(item.get("name", f"rule_{i}")), str(item.get("reason", "")),
+                                     when, tuple(cats)))
+    return rules
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; errors name the file and the field."""
+    path = Path(path)
+    where = str(path)
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read scenario file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{where}: a scenario file must be a mapping of fields")
+    known = {"name", "description", "agent", "task", "user", "state_schema", "behaviors", "consistency"}
+    unknown = set(tree) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
+
+    agent = _need(tree, "agent", where, dict)
+    task = _need(tree, "task", where, dict)
+    user = _need(tree, "user", where, dict)
+    schema = _load_schema(tree.get("state_schema"), where)
+    behaviors = _load_behavior_library(_need(tree, "behaviors", where, (dict,)), path.parent, where)
+
+    outcomes = _need(task, "outcomes", f"{where}: task", dict)
+    outcome_of_status, status_meaning = {}, {"continue": "the call goes on"}
+    for status in ("accept", "refuse", "hangup"):
+        spec = outcomes.get(status)
+        if not isinstance(spec, dict) or spec.get("outcome") not in ("success", "failure") \
+                or not isinstance(spec.get("meaning"), str):
+            raise ConfigError(f"{where}: field 'task.outcomes.{status}' must have outcome: success|failure "
+                              f"and meaning: <text>")
+        outcome_of_status[status] = spec["outcome"]
+        status_meaning[status] = spec["meaning"]
+    if "success" not in outcome_of_status.values():
+        raise ConfigError(f"{where}: field 'task.outcomes': no status counts as success")
+
+    consistency = tree.get("consistency") or {}
+    if not isinstance(consistency, dict):
+        raise ConfigError(f"{where}: field 'consistency' must be a mapping")
+    per_cat = consistency.get("max_behaviors_per_category", 1)
+    if not isinstance(per_cat, int) or isinstance(per_cat, bool) or per_cat < 1:
+        raise ConfigError(f"{where}: field 'consistency.max_behaviors_per_category' must be an integer >= 1")
+    rules = _load_rules(consistency.get("rules"), schema, {b.category for b in behaviors}, where)
+
+    scenario = Scenario(
+        name=_need(tree, "name", where),
+        description=str(tree.get("description", "")).strip(),
+        agent_role=_need(agent, "role", f"{where}: agent").strip(),
+        sop=_str_list(agent.get("sop"), "agent.sop", where),
+        facts=_str_list(agent.get("facts"), "agent.facts", where),
+        objective=_need(task, "objective", f"{where}: task").strip(),
+        user_persona=_need(user, "persona", f"{where}: user").strip(),
+        call_opening=str(task.get("call_opening", "(The call connects.)")),
+        outcome_of_status=outcome_of_status,
+        status_meaning=status_meaning,
+        schema=schema,
+        behaviors=behaviors,
+        rules=rules,
+        max_behaviors_per_category=per_cat,
+        source=str(path.resolve()),
+    )
+    if not scenario.allowed_states():
+        raise ConfigError(f"{where}: field 'consistency.rules' forbids every state of the grid")
+    return scenario

@@ -1,0 +1,73 @@
+import pytest
+import yaml
+
+from sead_ray.config import ConfigError
+from sead_ray.scenario import load_scenario
+from tests.conftest import SCENARIO
+
+
+def test_default_scenario(scenario):
+    assert scenario.schema.names == ("cooperation", "emotion", "trust")
+    assert len(scenario.schema.grid()) == 120
+    assert len(scenario.behaviors) == 97 and len(scenario.categories) == 14
+    assert scenario.outcome_of_status == {"accept": "success", "refuse": "failure", "hangup": "failure"}
+    allowed = scenario.allowed_states()
+    assert (4, 0, 3) not in allowed          # eager but angry
+    assert (3, 2, 0) not in allowed          # eager but sure of scam
+    assert (2, 2, 2) in allowed
+    assert 0 < len(allowed) < 120
+
+
+def _write(tmp_path, tree):
+    p = tmp_path / "scenario.yaml"
+    p.write_text(yaml.safe_dump(tree))
+    return p
+
+
+def _base():
+    tree = yaml.safe_load(SCENARIO.read_text())
+    tree["behaviors"] = {"Cost": ["Asks about cost"], "Trust": ["Asks who is calling"]}
+    tree["consistency"] = {"rules": []}
+    return tree
+
+
+def test_new_domain_needs_no_code(tmp_path):
+    tree = _base()
+    tree["name"] = "insurance_renewal"
+    tree["state_schema"] = [{"name": "cooperation", "levels": ["no", "maybe", "yes"]},
+                            {"name": "patience", "levels": ["none", "some"]}]
+    s = load_scenario(_write(tmp_path, tree))
+    assert len(s.schema.grid()) == 6 and s.categories == ["Cost", "Trust"]
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda t: t.pop("agent"), "missing required field 'agent'"),
+    (lambda t: t["agent"].update(sop="one step"), "field 'agent.sop' must be a non-empty list"),
+    (lambda t: t["task"]["outcomes"].pop("accept"), "task.outcomes.accept"),
+    (lambda t: t["task"]["outcomes"]["accept"].update(outcome="yes"), "task.outcomes.accept"),
+    (lambda t: t.update(state_schema=[{"name": "x", "levels": ["only"]}]), "needs at least 2 levels"),
+    (lambda t: t.update(state_schema="flat"), "state_schema"),
+    (lambda t: t.update(extra_field=1), "unknown field(s) ['extra_field']"),
+    (lambda t: t.update(behaviors={"Cost": []}), "behaviors.Cost"),
+    (lambda t: t.update(behaviors={"file": "nowhere.json"}), "behaviors.file"),
+    (lambda t: t["consistency"].update(rules=[{"when": {"mood": 1}}]), "unknown dimension 'mood'"),
+    (lambda t: t["consistency"].update(rules=[{"when": {"trust": [3, 1]}}]), "consistency.rules[0].when.trust"),
+    (lambda t: t["consistency"].update(rules=[{"when": {"trust": 1}, "behavior_categories": ["Nope"]}]),
+     "behavior_categories"),
+    (lambda t: t["consistency"].update(rules=[{"when": {"trust": [0, 5]}}]), "forbids every state"),
+])
+def test_malformed_scenarios_name_the_field(tmp_path, mutate, needle):
+    tree = _base()
+    mutate(tree)
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(_write(tmp_path, tree))
+    assert needle in str(exc.value) and "scenario.yaml" in str(exc.value)
+
+
+def test_unreadable_scenario(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read scenario file"):
+        load_scenario(tmp_path / "none.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_scenario(bad)
