@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "cached, or downloaded with no dependencies) as a safetensors HF folder.")
     prep.add_argument("--force", action="store_true", help="convert again even if provisioned")
     prep.add_argument("--tiny", action="store_true", help="also build tiny:llama-h64 (random weights, for tests)")
-    msub.add_parser("list", help="show provisioned models", description="Show the models in the cache.")
+    msub.add_parser("list", help="show provisioned models",
+                    description="Show the models provisioned in the cache ($SEAD_RAY_CACHE, default "
+                                "~/.cache/sead-ray): name, size on disk and folder. The names work wherever a "
+                                "model path is accepted (models.agent, models.user, --agent).")
 
     # profiles
     profiles = sub.add_parser("profiles", help="sample user profiles (phase 1 of the loop)",

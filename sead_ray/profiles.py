@@ -55,9 +55,10 @@ def _allowed_behaviors(scenario: Scenario, state: State) -> list[Behavior]:
     return [b for b in scenario.behaviors if not scenario.violated_rules(state, (b,))]
 
 
-def _draw_behaviors(scenario: Scenario, state: State, k: int, rng: np.random.Generator) -> tuple[Behavior, ...]:
-    """k behaviors for this state, at most max_behaviors_per_category from one category."""
-    pool = _allowed_behaviors(scenario, state)
+def _draw_behaviors(scenario: Scenario, pool: list[Behavior], state: State, k: int,
+                    rng: np.random.Generator) -> tuple[Behavior, ...]:
+    """k behaviors of `pool` (those allowed for this state), at most max_behaviors_per_category from
+    one category."""
     order = rng.permutation(len(pool))
     chosen: list[Behavior] = []
     per_category: dict[str, int] = {}
@@ -123,6 +124,7 @@ def sample_profiles(
 
     profiles: list[Profile] = []
     seen: set = set()
+    pools: dict[State, list[Behavior]] = {}
     attempts, max_attempts = 0, 50 * n + 1000
     while len(profiles) < n:
         attempts += 1
@@ -139,7 +141,9 @@ def sample_profiles(
             raise ProfileSamplingError("every drawable state reached N_max during this batch")
         state = states[int(rng.choice(len(states), p=weights / total))]
         k = int(rng.integers(min_behaviors, max_behaviors + 1))
-        behaviors = _draw_behaviors(scenario, state, k, rng)
+        if state not in pools:
+            pools[state] = _allowed_behaviors(scenario, state)
+        behaviors = _draw_behaviors(scenario, pools[state], state, k, rng)
         if len(behaviors) < min_behaviors:
             continue
         profile = Profile(state, tuple(b.text for b in behaviors), free_form)

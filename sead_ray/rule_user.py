@@ -9,8 +9,8 @@ agent's spoken words:
 - more than 60 words, or the same words twice     emotion -1 (a repeat also costs cooperation 1)
 - nothing said                                    emotion -1
 - trust >= 3 and emotion >= 2 and no penalty      cooperation +1
-Status: accept when cooperation >= 3, trust >= 3 and the agent asks for the decision (a question
-mark, or an activation/sign-up word); hang up when emotion is 0 and cooperation <= 1; refuse once
+Status: accept when cooperation >= 3, trust >= 4 and the agent asks for the decision (an
+activation/sign-up word); hang up when emotion is 0 and cooperation <= 1; refuse once
 the call has lasted `patience` agent turns and the latest one brought no state gain. With `accept_phrase` set (planted preference), the
 user accepts exactly when the agent's words contain that phrase and otherwise behaves as above but
 never accepts.
@@ -78,11 +78,11 @@ class RuleUserSimulator:
             state[c] += 1
         state = [min(max(v, 0), h) for v, h in zip(state, hi)]
 
-        asked = "?" in said or bool(_ASK & set(words))
+        asked = bool(_ASK & set(words))
         if self.accept_phrase:
             accepted = self.accept_phrase.lower() in said.lower()
         else:
-            accepted = state[c] >= 3 and state[t] >= 3 and asked
+            accepted = state[c] >= 3 and state[t] >= 4 and asked
         gained = any(a > b for a, b in zip(state, before))
         if accepted:
             status = "accept"

@@ -31,6 +31,8 @@ def _balanced_candidates(text: str):
         else:
             # Cut off: close what is open, so `{"reply": "hi` still yields its reply.
             tail = text[start:]
+            if not any(ch.isalnum() for ch in tail):
+                continue
             closers = ('"' if in_str else "") + "}" * max(depth, 1)
             yield tail + closers
 

@@ -1,0 +1,72 @@
+"""The CLI as users run it: real subprocesses, real files."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import EMBEDDED_CONFIG, ROOT
+from tests.test_metrics import HAND
+
+
+def sead(*args, check=False):
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stderr)
+    return proc
+
+
+@pytest.mark.parametrize("args", [[], ["models"], ["models", "prepare"], ["models", "list"], ["profiles"],
+                                  ["profiles", "sample"], ["metrics"]])
+def test_every_command_explains_itself(args):
+    proc = sead(*args, "--help")
+    assert proc.returncode == 0
+    assert "usage: sead-ray" in proc.stdout and len(proc.stdout) > 200
+
+
+def test_profiles_sample_acceptance(tmp_path):
+    out1, out2 = tmp_path / "p.jsonl", tmp_path / "q.jsonl"
+    sead("profiles", "sample", "--config", EMBEDDED_CONFIG, "--n", 60, "--seed", 7, "--out", out1, check=True)
+    sead("profiles", "sample", "--config", EMBEDDED_CONFIG, "--n", 60, "--seed", 7, "--out", out2, check=True)
+    assert out1.read_bytes() == out2.read_bytes()
+    rows = [json.loads(line) for line in out1.read_text().splitlines()]
+    categories = json.loads((ROOT / "sead_ray" / "data" / "sead_behaviors.json").read_text())
+    library = {b.strip() for items in categories["User_Persona_Classification"].values() for b in items}
+    assert len(rows) == 60
+    assert len({(r["cooperation"], r["emotion"], r["trust"], tuple(sorted(r["behaviors"]))) for r in rows}) == 60
+    for r in rows:
+        assert 0 <= r["cooperation"] <= 4 and 0 <= r["emotion"] <= 3 and 0 <= r["trust"] <= 5
+        assert 1 <= len(r["behaviors"]) <= 3 and set(r["behaviors"]) <= library
+
+
+def test_impossible_sample_fails_fast_with_exit_2(tmp_path):
+    proc = sead("profiles", "sample", "--config", EMBEDDED_CONFIG, "--n", 100000, "--seed", 7, "--out", tmp_path / "x")
+    assert proc.returncode == 2 and "N_max" in proc.stderr and not (tmp_path / "x").exists()
+
+
+def test_bad_config_exits_2_naming_key_and_file(tmp_path):
+    proc = sead("profiles", "sample", "--config", EMBEDDED_CONFIG, "--n", 1, "--out", tmp_path / "x",
+                "--set", "curriculum.n_max=-3")
+    assert proc.returncode == 2 and "curriculum.n_max" in proc.stderr and "embedded.yaml" in proc.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  batchsize: 4\n")
+    proc = sead("profiles", "sample", "--config", bad, "--n", 1, "--out", tmp_path / "x")
+    assert proc.returncode == 2 and "unknown key 'train.batchsize'" in proc.stderr and "bad.yaml" in proc.stderr
+
+
+def test_metrics_json_and_errors(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text("".join(json.dumps(d) + "\n" for d in HAND))
+    out = json.loads(sead("metrics", f, "--json", check=True).stdout)
+    assert out["n"] == 3 and out["cr"] == pytest.approx(2 / 3) and out["att"] == pytest.approx(3.0)
+    assert set(out) == {"n", "cr", "att", "att_std", "upa", "ei", "ti", "ci"}
+    table = sead("metrics", f, check=True).stdout
+    assert "66.7 %" in table
+    f.write_text("")
+    assert json.loads(sead("metrics", f, "--json", check=True).stdout)["att"] is None
+    f.write_text(json.dumps(HAND[0]) + "\n[1, 2]\n")
+    proc = sead("metrics", f)
+    assert proc.returncode == 2 and "d.jsonl:2" in proc.stderr
+    proc = sead("metrics", tmp_path / "missing.jsonl")
+    assert proc.returncode == 2 and "cannot read" in proc.stderr

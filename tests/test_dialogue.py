@@ -1,0 +1,153 @@
+import asyncio
+import json
+
+import pytest
+
+from sead_ray.dialogue import AgentTurnOutput, UserTurnOutput, run_dialogue
+from sead_ray.metrics import compute_metrics
+from sead_ray.profiles import Profile
+from sead_ray.rule_user import RuleUserSimulator
+from sead_ray.tokens import IncrementalChatEncoder
+
+GOOD = [
+    "Hello, thank you for picking up! This is Lin from the platform. Am I speaking with the owner?",
+    "Thanks! Your restaurant qualifies for a completely free 700 yuan advertising credit, no deposit needed.",
+    "Please note it is valid for 30 days and nothing is charged after the trial; activation takes one minute.",
+    "Thank you. The official customer-service number in the merchant app confirms who I am.",
+    "May I activate the free credit for you now?",
+]
+
+
+def scripted_agent(replies, calls=None, tokenizer=None):
+    """A stand-in for the agent engine in pure tests: plays fixed replies (as JSON outputs)."""
+    async def agent(dialogue_id, turn, messages, prompt_ids):
+        if calls is not None:
+            calls.append(messages)
+        text = json.dumps({"reply": replies[min(turn, len(replies) - 1)],
+                           "estimate": {"cooperation": 2, "emotion": 2, "trust": 2}})
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] if tokenizer else []
+        return AgentTurnOutput(text, ids, [-0.5] * len(ids), policy_version=3)
+    return agent
+
+
+def rule_user(scenario, **kw):
+    sim = RuleUserSimulator(scenario, **kw)
+
+    async def user(req):
+        return sim.respond(req)
+    return user
+
+
+def play(scenario, agent, user, profile=Profile((2, 2, 3), ("Asks if a deposit is required",)), **kw):
+    kw.setdefault("max_turns", 15)
+    return asyncio.run(run_dialogue("d0", profile, scenario, agent, user, **kw))
+
+
+def test_convincing_agent_gets_accept(scenario):
+    traj = play(scenario, scripted_agent(GOOD), rule_user(scenario))
+    assert traj.end_reason == "accept" and traj.outcome == "success"
+    assert traj.turns[-1].user_status == "accept"
+    assert all(t.agent_parse_ok and t.policy_version == 3 for t in traj.turns)
+    record = traj.to_json(scenario)
+    assert record["profile"] == {"cooperation": 2, "emotion": 2, "trust": 3, "behaviors": ["Asks if a deposit is required"]}
+    assert compute_metrics([record], scenario.schema).cr == 1.0
+
+
+def test_silent_agent_fails(scenario):
+    traj = play(scenario, scripted_agent(["ok"]), rule_user(scenario))
+    assert traj.outcome == "failure" and traj.end_reason in ("refuse", "hangup", "timeout")
+
+
+def test_timeout_after_t_max(scenario):
+    async def stubborn(req):
+        return UserTurnOutput("Go on.", req.current_state, "continue", ok=True)
+    traj = play(scenario, scripted_agent(GOOD), stubborn, max_turns=4)
+    assert (traj.end_reason, traj.outcome, len(traj.turns)) == ("timeout", "failure", 4)
+
+
+def test_agent_never_sees_simulator_state(scenario):
+    calls = []
+    play(scenario, scripted_agent(GOOD, calls), rule_user(scenario))
+    for messages in calls:
+        for m in messages[1:]:
+            assert "true owner state" not in m["content"]
+            assert '"cooperation"' not in m["content"] or m["role"] == "assistant"
+    calls.clear()
+    play(scenario, scripted_agent(GOOD, calls), rule_user(scenario), privileged_user_view=True)
+    assert any("true owner state" in m["content"] for m in calls[-1])
+
+
+def test_unparseable_user_is_retried_then_errors(scenario):
+    attempts = []
+
+    async def flaky(req):
+        attempts.append(req.seed)
+        if len(attempts) == 1:
+            return UserTurnOutput("", None, "continue", ok=False, error="cut off")
+        return UserTurnOutput("Who?", req.current_state, "continue", ok=True)
+    traj = play(scenario, scripted_agent(GOOD), flaky, max_turns=1)
+    assert traj.user_parse_failures == 1 and traj.end_reason == "timeout"
+    assert len(set(attempts)) == len(attempts)   # a retry samples anew
+
+    async def broken(req):
+        return UserTurnOutput("", None, "continue", ok=False, error="no JSON")
+    traj = play(scenario, scripted_agent(GOOD), broken, user_retries=2)
+    assert traj.end_reason == "error" and traj.user_parse_failures == 3 and "no JSON" in traj.error
+    assert len(traj.turns) == 1 and not traj.turns[0].user_parse_ok
+
+
+def test_dead_backend_ends_the_dialogue_keeping_turns(scenario):
+    async def dying_user(req):
+        if req.turn_index == 1:
+            raise ConnectionError("engine died")
+        return UserTurnOutput("Hm?", req.current_state, "continue", ok=True)
+    traj = play(scenario, scripted_agent(GOOD), dying_user)
+    assert traj.end_reason == "error" and len(traj.turns) == 2 and "engine died" in traj.error
+
+
+def test_rule_dialogues_are_deterministic(scenario):
+    a = play(scenario, scripted_agent(GOOD[1:]), rule_user(scenario)).to_json(scenario)
+    b = play(scenario, scripted_agent(GOOD[1:]), rule_user(scenario)).to_json(scenario)
+    a.pop("timing"), b.pop("timing")
+    assert a == b
+
+
+def test_planted_phrase_decides(scenario):
+    traj = play(scenario, scripted_agent(["Hello, this is the platform."] * 3 + ["It is free of charge."]),
+                rule_user(scenario, accept_phrase="free of charge", patience=10))
+    assert traj.end_reason == "accept" and len(traj.turns) == 4
+
+
+def test_token_ledger_matches_the_chat_template(scenario, smollm_tokenizer):
+    tok = smollm_tokenizer
+    profile = Profile((2, 2, 3), ())
+    from sead_ray.prompts import agent_messages
+    prefix = agent_messages(scenario, [], [])
+    encoder = IncrementalChatEncoder(tok, prefix)
+    traj = play(scenario, scripted_agent(GOOD, tokenizer=tok), rule_user(scenario), profile=profile, encoder=encoder)
+    assert len(traj.token_ids) == len(traj.loss_mask) == len(traj.rollout_logprobs)
+    # The ledger decodes to exactly what the template renders for the whole conversation.
+    messages = agent_messages(scenario, [t.user for t in traj.turns[:-1]], [t.agent_raw for t in traj.turns[:-1]])
+    messages.append({"role": "assistant", "content": traj.turns[-1].agent_raw})
+    rendered = tok.apply_chat_template(messages, tokenize=False)
+    assert tok.decode(traj.token_ids) == rendered
+    # Loss mask covers the agent's generated tokens (its text + EOS) and nothing else.
+    masked = [i for i, m in zip(traj.token_ids, traj.loss_mask) if m]
+    expected = sum((tok(t.agent_raw, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in traj.turns), [])
+    assert masked == expected
+    assert all(lp == -0.5 for lp, m in zip(traj.rollout_logprobs, traj.loss_mask) if m)
+    assert all(lp == 0.0 for lp, m in zip(traj.rollout_logprobs, traj.loss_mask) if not m)
+
+
+def test_cut_off_generation_is_closed_by_the_template(scenario, smollm_tokenizer):
+    tok = smollm_tokenizer
+    from sead_ray.prompts import agent_messages
+    enc = IncrementalChatEncoder(tok, agent_messages(scenario, [], []))
+    start = len(enc.token_ids)
+    ids = tok("Hello there", add_special_tokens=False)["input_ids"]   # no EOS: hit max_tokens
+    enc.add_generation(ids, [-1.0] * len(ids))
+    enc.add_user("Who is it?")
+    assert tok.decode(enc.token_ids[start:]) == "Hello there<|im_end|>\n<|im_start|>user\nWho is it?<|im_end|>\n<|im_start|>assistant\n"
+    assert sum(enc.loss_mask) == len(ids)
+    with pytest.raises(ValueError):
+        enc.add_generation([1, 2], [0.0])

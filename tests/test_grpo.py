@@ -1,0 +1,97 @@
+import pytest
+import torch
+
+from sead_ray.grpo import (collate, compute_advantages, policy_loss, token_entropy, token_logprobs,
+                           trajectory_reward)
+
+
+def test_rewards():
+    assert trajectory_reward(True, 0) == 1.0
+    assert trajectory_reward(False, 0) == 0.0
+    assert trajectory_reward(True, 2, success_reward=10.0, format_penalty=0.5) == 9.0
+
+
+def test_batch_mean_is_the_paper():
+    assert compute_advantages([1, 0, 0, 1], [0, 0, 1, 1], "batch_mean") == pytest.approx([0.5, -0.5, -0.5, 0.5])
+
+
+def test_group_mean_and_group_norm():
+    r, g = [1, 0, 0, 0, 1, 1], [0, 0, 0, 1, 1, 1]
+    assert compute_advantages(r, g, "group_mean") == pytest.approx([2 / 3, -1 / 3, -1 / 3, -2 / 3, 1 / 3, 1 / 3])
+    std = (2 / 9) ** 0.5
+    assert compute_advantages(r, g, "group_norm") == pytest.approx(
+        [2 / 3 / std, -1 / 3 / std, -1 / 3 / std, -2 / 3 / std, 1 / 3 / std, 1 / 3 / std], rel=1e-4)
+    # A group whose rollouts all agree teaches nothing (and never divides by zero).
+    assert compute_advantages([1, 1, 0, 0], [0, 0, 1, 1], "group_norm") == [0.0] * 4
+    assert compute_advantages([], [], "group_norm") == []
+    with pytest.raises(ValueError):
+        compute_advantages([1], [0, 1])
+    with pytest.raises(ValueError):
+        compute_advantages([1], [0], "critic")
+
+
+def test_collate_aligns_masks_with_targets():
+    batch = collate([[5, 6, 7, 8], [5, 9]], [[0, 0, 1, 1], [0, 1]], [[0, 0, -1.0, -2.0], [0, -3.0]], [1.0, -1.0], pad_id=0)
+    assert batch.input_ids.tolist() == [[5, 6, 7, 8], [5, 9, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch.loss_mask.tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert batch.old_logprobs.tolist() == [[0, -1.0, -2.0], [-3.0, 0, 0]]
+    truncated = collate([[5, 6, 7, 8]], [[0, 0, 1, 1]], [[0, 0, -1.0, -2.0]], [1.0], pad_id=0, max_len=3)
+    assert truncated.loss_mask.tolist() == [[0, 1]]
+    with pytest.raises(ValueError, match="differ in length"):
+        collate([[1, 2]], [[0]], [[0.0, 0.0]], [1.0], pad_id=0)
+
+
+def test_loss_only_touches_masked_tokens():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 11, requires_grad=True)
+    ids = torch.randint(0, 11, (2, 5))
+    mask = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
+    lp = token_logprobs(logits, ids)
+    loss, stats = policy_loss(lp, lp.detach(), torch.tensor([1.0, -1.0]), mask)
+    loss.backward()
+    grad_positions = (logits.grad.abs().sum(-1) > 0)
+    # target t+1 is predicted at position t: mask[b, t] -> logits[b, t]
+    assert grad_positions.tolist() == [[False, False, True, True, False], [False, True, False, False, False]]
+    assert stats.tokens == 3 and stats.ratio_mean == pytest.approx(1.0)
+
+
+def test_loss_value_and_sign():
+    lp = torch.log(torch.tensor([[0.5, 0.25]]))
+    old = lp.clone()
+    mask = torch.ones(1, 2)
+    loss, _ = policy_loss(lp, old, torch.tensor([2.0]), mask)
+    assert float(loss) == pytest.approx(-2.0)  # ratio 1: -mean(A)
+    # Positive advantage: gradient raises the logprobs of the sampled tokens.
+    lp_param = lp.clone().requires_grad_(True)
+    loss, _ = policy_loss(lp_param, old, torch.tensor([1.0]), mask)
+    loss.backward()
+    assert (lp_param.grad < 0).all()
+
+
+def test_clipping_stops_gradients_past_the_trust_region():
+    old = torch.zeros(1, 2)
+    lp = torch.tensor([[0.5, -0.5]], requires_grad=True)   # ratio e^0.5 > 1.2 and e^-0.5 < 0.8
+    loss, stats = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), clip_eps=0.2)
+    loss.backward()
+    assert lp.grad[0, 0] == 0.0          # A > 0 and ratio above 1 + eps: clipped
+    assert lp.grad[0, 1] != 0.0          # A > 0 and ratio below 1 - eps: still pushed up
+    assert stats.clip_fraction == 1.0
+
+
+def test_kl_term_is_zero_at_reference_and_positive_away():
+    lp = torch.tensor([[-1.0, -2.0]])
+    mask = torch.ones(1, 2)
+    _, same = policy_loss(lp, lp, torch.tensor([0.0]), mask, ref_logprobs=lp, kl_coef=0.1)
+    assert same.kl == pytest.approx(0.0)
+    loss, away = policy_loss(lp, lp, torch.tensor([0.0]), mask, ref_logprobs=lp - 0.5, kl_coef=0.1)
+    assert away.kl > 0 and float(loss) == pytest.approx(0.1 * away.kl)
+
+
+def test_entropy_bonus():
+    logits = torch.zeros(1, 3, 4)
+    ent = token_entropy(logits)
+    assert torch.allclose(ent, torch.full((1, 2), torch.log(torch.tensor(4.0)).item()))
+    lp = torch.zeros(1, 2)
+    loss, stats = policy_loss(lp, lp, torch.tensor([0.0]), torch.ones(1, 2), entropy=ent, entropy_coef=0.5)
+    assert float(loss) == pytest.approx(-0.5 * stats.entropy)

