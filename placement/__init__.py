@@ -1,1 +1,6 @@
 """Placement groups from config: bundles per role, strategy, node resources."""
+from .groups import (ROLES, PlacementError, RolePlacement, actor_options, bundle_for, create_placement_groups,
+                     plan_placement, remove_placement_groups, user_engine_count)
+
+__all__ = ["ROLES", "PlacementError", "RolePlacement", "actor_options", "bundle_for", "create_placement_groups",
+           "plan_placement", "remove_placement_groups", "user_engine_count"]

@@ -19,7 +19,8 @@ log = logging.getLogger("sead_ray")
 EPILOG = """examples:
   sead-ray models prepare
   sead-ray profiles sample --config configs/embedded.yaml --n 60 --seed 7 --out profiles.jsonl
-  sead-ray metrics runs/my-run/dialogues/iter_0001.jsonl --json
+  sead-ray eval --config configs/embedded.yaml --agent embedded:smollm2-135m-instruct --n 8 --seed 0 --out ev-smoke
+  sead-ray metrics ev-smoke/dialogues.jsonl --json
 """
 
 
@@ -86,6 +87,26 @@ def build_parser() -> argparse.ArgumentParser:
                               "emotion 0-3, trust 0-5)")
     metrics.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key (with --config)")
+
+    # eval
+    ev = sub.add_parser(
+        "eval", help="run an agent against the frozen user simulator and print the paper's metrics",
+        description="Evaluate an agent: every profile of a fixed set (a file, or N profiles sampled with a seed) is "
+                    "called once with the config's explicit evaluation decoding (dialogue.agent_eval); the frozen "
+                    "simulator (user_sim.backend) plays the user. Prints CR, ATT +- std, UPA, EI/TI/CI, parse "
+                    "failures and dialogues/s, and writes dialogues.jsonl, profiles.jsonl, summary.json and the "
+                    "resolved config into --out.",
+        epilog="example:\n  sead-ray eval --config configs/embedded.yaml --agent embedded:smollm2-135m-instruct "
+               "--n 8 --seed 0 --out ev-smoke", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_args(ev)
+    ev.add_argument("--agent", required=True, metavar="MODEL",
+                    help="agent model: HF folder, embedded:smollm2-135m-instruct, tiny:llama-h64, or a run/checkpoint "
+                         "directory of `sead-ray train`")
+    src = ev.add_mutually_exclusive_group()
+    src.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
+    src.add_argument("--n", type=int, default=None, help="sample N profiles (default: train.batch_size)")
+    ev.add_argument("--seed", type=int, default=None, help="seed of the sampled profile set (default: the config's)")
+    ev.add_argument("--out", default=None, metavar="DIR", help="output folder (default: <output_dir>/eval-<time>)")
     return parser
 
 
@@ -136,6 +157,65 @@ def cmd_profiles_sample(args) -> int:
     return 0
 
 
+def read_profiles(path: str, scenario) -> list:
+    """Profiles from a JSONL file; errors name the line."""
+    from .profiles import Profile, check_profile
+    profiles = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read profiles ({exc.strerror})") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            profile = Profile.from_json(json.loads(line), scenario.schema)
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise UsageError(f"{path}:{lineno}: bad profile: {exc}") from None
+        for problem in check_profile(scenario, profile):
+            log.warning("%s:%d: %s", path, lineno, problem)
+        profiles.append(profile)
+    if not profiles:
+        raise UsageError(f"{path}: no profiles")
+    return profiles
+
+
+def cmd_eval(args) -> int:
+    import asyncio
+    import time
+
+    import numpy as np
+
+    from .driver import evaluate, init_ray
+    from .profiles import ProfileSamplingError, sample_profiles
+
+    cfg, scenario = _load(args.config, args.overrides)
+    if args.seed is not None:
+        cfg.seed = args.seed
+    if args.profiles:
+        profiles = read_profiles(args.profiles, scenario)
+        source = f"file {args.profiles}"
+    else:
+        n = args.n or cfg.train.batch_size
+        try:
+            profiles = sample_profiles(scenario, n, np.random.default_rng(cfg.seed), n_max=cfg.curriculum.n_max,
+                                       min_behaviors=cfg.curriculum.min_behaviors,
+                                       max_behaviors=cfg.curriculum.max_behaviors)
+        except ProfileSamplingError as exc:
+            raise UsageError(str(exc)) from None
+        source = f"{n} profiles sampled with seed {cfg.seed}"
+    out = Path(args.out or Path(cfg.output_dir) / time.strftime("eval-%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profiles.jsonl").write_text("".join(json.dumps(p.to_json(scenario.schema)) + "\n" for p in profiles))
+    import ray
+    init_ray(cfg)
+    try:
+        asyncio.run(evaluate(cfg, scenario, args.agent, profiles, out, source))
+    finally:
+        ray.shutdown()
+    return 0
+
+
 def cmd_metrics(args) -> int:
     from .metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
 
@@ -163,6 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "models": cmd_models,
         "profiles": cmd_profiles_sample,
         "metrics": cmd_metrics,
+        "eval": cmd_eval,
     }
     try:
         return handlers[args.command](args)
@@ -172,9 +253,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("sead-ray: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # runtime failure: say what, keep the traceback at DEBUG
+    except Exception as exc:
+        from placement import PlacementError
+
         from .models import ModelError
-        if isinstance(exc, ModelError):
+        if isinstance(exc, (ModelError, PlacementError)):
             print(f"sead-ray: error: {exc}", file=sys.stderr)
             return 1
         raise

@@ -55,6 +55,7 @@ class DialogueConfig:
     agent_eval: SamplingConfig = _f(SamplingConfig(temperature=0.0, top_p=1.0, max_tokens=96))
     user: SamplingConfig = _f(SamplingConfig(temperature=0.7, top_p=0.95, max_tokens=160))
     user_retries: int = _f(2, 0, 10, "re-asks of the simulator when its reply does not parse")
+    user_reply_max_chars: int = _f(300, 8, 4000, "longest spoken reply the simulator's JSON schema allows")
     privileged_user_view: bool = _f(False, doc="training-time only: show the agent the simulator's state")
 
 
@@ -108,6 +109,16 @@ class EngineConfig:
     kv_cache_mb: int = _f(512, 16, 1 << 22)
     max_num_seqs: int = _f(64, 1, 4096)
     max_model_len: int = _f(4096, 128, 1 << 20)
+    # CPU engines pin their OpenMP threads; vLLM's `auto` puts every engine on core 0, so `spread`
+    # gives engine i core i mod (cores of its node); `nobind` leaves threads unpinned.
+    cpu_bind: Literal["spread", "auto", "nobind"] = _f("spread")
+
+
+@dataclass
+class RayConfig:
+    address: str = _f("", doc="Ray cluster address; empty = $RAY_ADDRESS or a new local cluster")
+    num_cpus: int = _f(0, 0, 1 << 16, "CPUs of a new local cluster (0 = all cores)")
+    dashboard: bool = _f(True, doc="start the Ray dashboard with a new local cluster")
 
 
 @dataclass
@@ -155,6 +166,7 @@ class SeadConfig:
     placement: PlacementConfig = _f(PlacementConfig())
     trainer: TrainerConfig = _f(TrainerConfig())
     weight_sync: WeightSyncConfig = _f(WeightSyncConfig())
+    ray: RayConfig = _f(RayConfig())
     # Where the file came from; relative paths inside it resolve against this folder.
     source: str = field(default="<defaults>", metadata=_range(doc="internal"))
 

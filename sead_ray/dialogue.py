@@ -68,6 +68,11 @@ AgentFn = Callable[[str, int, list[dict], Optional[list[int]]], Awaitable[AgentT
 UserFn = Callable[[UserRequest], Awaitable[UserTurnOutput]]
 
 
+def turn_seed(dialogue_seed: int, turn_index: int, attempt: int = 0) -> int:
+    """A distinct sampling seed per dialogue, turn and retry (vLLM seeds are 63-bit at most)."""
+    return (dialogue_seed * 1_000_003 + turn_index * 101 + attempt) % (2**31 - 1)
+
+
 @dataclass
 class Turn:
     agent: str
@@ -101,6 +106,7 @@ class Trajectory:
     agent_seconds: float = 0.0
     user_seconds: float = 0.0
     wall_seconds: float = 0.0
+    accel_seconds: float = 0.0   # this dialogue's share of the engines' wall time (cost metric)
     group: int = 0          # GRPO group (rollouts of the same profile share one)
     iteration: int = 0
 
@@ -130,7 +136,7 @@ class Trajectory:
             "agent_parse_failures": self.agent_parse_failures,
             "user_parse_failures": self.user_parse_failures,
             "timing": {"agent_s": round(self.agent_seconds, 4), "user_s": round(self.user_seconds, 4),
-                       "wall_s": round(self.wall_seconds, 4)},
+                       "wall_s": round(self.wall_seconds, 4), "accel_s": round(self.accel_seconds, 4) if self.accel_seconds else None},
         }
 
 
@@ -191,7 +197,7 @@ async def run_dialogue(
         t0 = time.perf_counter()
         for attempt in range(user_retries + 1):
             request = UserRequest(dialogue_id, turn_index, profile, state, list(agent_spoken), list(user_spoken),
-                                  seed=seed * 1_000_003 + turn_index * 101 + attempt)
+                                  seed=turn_seed(seed, turn_index, attempt))
             try:
                 reply = await user(request)
             except Exception as exc:

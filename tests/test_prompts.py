@@ -27,6 +27,8 @@ def test_extract_json_object_is_tolerant():
     ('{"reply": "Hi there", "estimate": {"cooperation": "high"}}', "Hi there", None, False),
     ('{"reply": "We offer a free cred', "We offer a free cred", None, False),
     ('{"reply": "said \\"free\\"", "estimate": {"coop', 'said "free"', None, False),
+    ('{"reply": "Hi", "estimate": {"trust": 3, "cooperation": 2, "emotion": 1, "x"}}', "Hi",   # broken JSON
+     {"cooperation": 2, "emotion": 1, "trust": 3}, False),
     ("Hello! I am calling about your free credit.", "Hello! I am calling about your free credit.", None, False),
     ("", "", None, False),
     ("{}", "", None, False),

