@@ -22,6 +22,10 @@ from sead_ray.scenario import Scenario
 log = logging.getLogger(__name__)
 
 
+class SimulatorEngineDead(RuntimeError):
+    """The actor is alive but its engine is not (the pool treats it like a dead actor)."""
+
+
 @ray.remote
 class UserSimActor:
     def __init__(self, name: str, scenario: Scenario, backend: str, sampling: dict, *,
@@ -69,8 +73,14 @@ class UserSimActor:
             out = self.rule.respond(req)
             out.engine = self.name
             return out
-        gen = await self.engine.generate(self._prompt_ids(req), json_schema=self.schema, seed=req.seed,
-                                         request_id=f"{req.dialogue_id}-u{req.turn_index}-{req.seed}", **self.sampling)
+        try:
+            gen = await self.engine.generate(self._prompt_ids(req), json_schema=self.schema, seed=req.seed,
+                                             request_id=f"{req.dialogue_id}-u{req.turn_index}-{req.seed}",
+                                             **self.sampling)
+        except Exception as exc:
+            if self.engine.is_dead():
+                raise SimulatorEngineDead(f"{self.name}: engine is dead ({type(exc).__name__})") from None
+            raise
         parsed = parse_user_output(gen.text, self.scenario.schema, req.current_state)
         error = parsed.error
         if gen.finish_reason == "length" and not parsed.ok:
@@ -127,7 +137,7 @@ class UserSimPool:
             self.in_flight[name] += 1
             try:
                 return await self.actors[name].respond.remote(req)
-            except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
+            except (RayActorError, ActorDiedError, ActorUnavailableError, SimulatorEngineDead) as exc:
                 if name not in self.dead:
                     self.dead[name] = type(exc).__name__
                     log.warning("user simulator %s died (%s); %d engine(s) left, retrying its turns elsewhere",

@@ -115,6 +115,10 @@ class VLLMEngine:
         await self.engine.reset_prefix_cache()
         return int(results[0])
 
+    def is_dead(self) -> bool:
+        """The engine process is gone (killed, crashed): requests to it can only fail."""
+        return self.engine is None or bool(self.engine.errored)
+
     def shutdown(self) -> None:
         if self.engine is not None:
             self.engine.shutdown()

@@ -26,3 +26,26 @@ def smollm_tokenizer():
     from transformers import AutoTokenizer
     from sead_ray.models import prepare_embedded
     return AutoTokenizer.from_pretrained(prepare_embedded())
+
+
+def tiny_config(*overrides: str):
+    """The embedded config shrunk for tests: tiny random Llama engines, short calls, small caches."""
+    from sead_ray.config import load_config
+    base = ["models.agent=tiny:llama-h64", "models.user=tiny:llama-h64", "dialogue.max_turns=4",
+            "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12",
+            "dialogue.user.max_tokens=48", "dialogue.user_reply_max_chars=24", "engine.kv_cache_mb=64",
+            "engine.max_model_len=2048", "engine.max_num_seqs=16", "engine.cpu_bind=nobind",
+            "ray.dashboard=false", "placement.timeout_s=30"]
+    return load_config(EMBEDDED_CONFIG, base + list(overrides))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One real local Ray cluster per test session (4 logical CPUs on this 2-core machine, so that
+    fractional bundles of several roles fit)."""
+    import ray
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false"}})
+    yield ray
+    ray.shutdown()

@@ -70,3 +70,32 @@ def test_metrics_json_and_errors(tmp_path):
     assert proc.returncode == 2 and "d.jsonl:2" in proc.stderr
     proc = sead("metrics", tmp_path / "missing.jsonl")
     assert proc.returncode == 2 and "cannot read" in proc.stderr
+
+
+@pytest.mark.slow
+def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
+    """`sead-ray eval` end to end in its own process (own Ray cluster, real agent engine, rule user)."""
+    out = tmp_path / "ev"
+    proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--n", 4, "--seed", 0, "--out", out,
+                "--set", "user_sim.backend=rule", "--set", "dialogue.max_turns=3", "--set", "ray.dashboard=false",
+                "--set", "dialogue.agent_eval.max_tokens=12", "--set", "engine.kv_cache_mb=64",
+                "--set", "engine.max_model_len=2048")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CR (completion rate)" in proc.stdout and "dialogues / s" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["decoding"]["temperature"] == 0.0 and summary["profiles"] == "4 profiles sampled with seed 0"
+    recomputed = json.loads(sead("metrics", out / "dialogues.jsonl", "--json", check=True).stdout)
+    for key, value in recomputed.items():
+        assert summary[key] == (pytest.approx(value) if value is not None else None), key
+    assert len((out / "profiles.jsonl").read_text().splitlines()) == 4
+    assert (out / "config.yaml").exists() and list((out / "tensorboard").iterdir())
+    # the profiles file replays the same set
+    again = tmp_path / "ev2"
+    proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--profiles", out / "profiles.jsonl",
+                "--out", again, "--set", "user_sim.backend=rule", "--set", "dialogue.max_turns=3",
+                "--set", "ray.dashboard=false", "--set", "dialogue.agent_eval.max_tokens=12",
+                "--set", "engine.kv_cache_mb=64", "--set", "engine.max_model_len=2048")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = [json.loads(line) for line in (out / "dialogues.jsonl").read_text().splitlines()]
+    second = [json.loads(line) for line in (again / "dialogues.jsonl").read_text().splitlines()]
+    assert [d["turns"] for d in first] == [d["turns"] for d in second]

