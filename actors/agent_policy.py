@@ -47,6 +47,11 @@ class AgentPolicyActor:
         self.version = version
         return {"tensors": n, "seconds": time.perf_counter() - t0, "version": version}
 
+    async def reset_prefix_cache(self) -> None:
+        """Forget cached prompt prefixes (benchmarks compare schedules from a cold cache)."""
+        if self.engine is not None:
+            await self.engine.reset_prefix_cache()
+
     def get_version(self) -> int:
         return self.version
 

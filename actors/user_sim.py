@@ -88,6 +88,11 @@ class UserSimActor:
         return UserTurnOutput(parsed.reply, parsed.state, parsed.status, parsed.ok, raw=gen.text, error=error,
                               engine=self.name)
 
+    async def reset_prefix_cache(self) -> None:
+        """Forget cached prompt prefixes (benchmarks compare schedules from a cold cache)."""
+        if self.engine is not None:
+            await self.engine.reset_prefix_cache()
+
     def stats(self) -> dict:
         return {"name": self.name, "turns": self.turns}
 

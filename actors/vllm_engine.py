@@ -27,6 +27,9 @@ class EngineSpec:
     seed: int = 0
     omp_threads_bind: str = ""      # e.g. "0" or "1": pin this engine to its own core(s) on CPU
     enforce_eager: bool = True
+    # vLLM 0.32 on CPU: a seeded request whose prefill is split into chunks kills the engine
+    # ("CPU Generator does not use offset"), so prefills are scheduled whole there.
+    chunked_prefill: bool = False
 
 
 @dataclass
@@ -77,7 +80,8 @@ class VLLMEngine:
             max_model_len=self.spec.max_model_len, max_num_seqs=self.spec.max_num_seqs,
             kv_cache_memory_bytes=self.spec.kv_cache_mb << 20, enforce_eager=self.spec.enforce_eager,
             worker_extension_cls=WORKER_EXTENSION, disable_log_stats=True,
-            distributed_executor_backend=os.environ.get("SEAD_VLLM_EXECUTOR") or None,
+            enable_chunked_prefill=self.spec.chunked_prefill,
+            max_num_batched_tokens=None if self.spec.chunked_prefill else self.spec.max_model_len,
             # Compact JSON (an engine-level switch in 0.32; the per-request flag is ignored): without
             # it a small model pads structured output with newlines until max_tokens runs out.
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
@@ -114,6 +118,9 @@ class VLLMEngine:
         # Reset the prefix cache so no KV computed with old weights is reused.
         await self.engine.reset_prefix_cache()
         return int(results[0])
+
+    async def reset_prefix_cache(self) -> None:
+        await self.engine.reset_prefix_cache()
 
     def is_dead(self) -> bool:
         """The engine process is gone (killed, crashed): requests to it can only fail."""

@@ -171,6 +171,32 @@ def _sampling_dict(s: SamplingConfig) -> dict:
     return {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
 
 
+class TurnBarrier:
+    """Lock-step turns for the turn-synchronous baseline (the reference code's schedule): nobody
+    passes until every live dialogue has arrived; a finished dialogue leaves."""
+
+    def __init__(self, parties: int):
+        self.parties, self.waiting = parties, 0
+        self.event = asyncio.Event()
+
+    def _release_if_full(self) -> None:
+        if self.waiting and self.waiting >= self.parties:
+            self.event.set()
+            self.event = asyncio.Event()
+            self.waiting = 0
+
+    async def wait(self) -> None:
+        event = self.event
+        self.waiting += 1
+        self._release_if_full()
+        if not event.is_set():
+            await event.wait()
+
+    def leave(self) -> None:
+        self.parties -= 1
+        self._release_if_full()
+
+
 @dataclass
 class RolloutResult:
     trajectories: list[Trajectory]
@@ -189,27 +215,48 @@ class RolloutResult:
 
 async def run_dialogues(roles: RolloutRoles, profiles: Sequence[Profile], *, iteration: int, phase: str,
                         sampling: SamplingConfig, rollouts_per_profile: int = 1,
-                        privileged_user_view: bool = False) -> RolloutResult:
-    """Phase 2: every (profile, rollout) as its own asyncio task; returns when all calls ended."""
+                        privileged_user_view: bool = False, scheduling: str = "async") -> RolloutResult:
+    """Phase 2: every (profile, rollout) as its own asyncio task; returns when all calls ended.
+
+    `scheduling="turn_sync"` is the reference code's schedule, kept as the benchmark's baseline:
+    all live dialogues take their agent turn together, then their user turn together."""
     cfg, scenario = roles.cfg, roles.scenario
     params = _sampling_dict(sampling)
     prefix = agent_messages(scenario, [], [])
+    if scheduling not in ("async", "turn_sync"):
+        raise ValueError(f"unknown scheduling {scheduling!r}")
     progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
     successes = 0
+    n_dialogues = len(profiles) * rollouts_per_profile
+    lockstep = scheduling == "turn_sync"
+    agent_barrier, user_barrier = TurnBarrier(n_dialogues), TurnBarrier(n_dialogues)
 
     async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
         nonlocal successes
         did = f"it{iteration:04d}-p{index:04d}-r{rollout}"
         seed = dialogue_seed(cfg.seed, iteration, index, rollout)
+        user_turns_seen: set = set()
 
         async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: list) -> AgentTurnOutput:
+            if lockstep:
+                await agent_barrier.wait()
             return await roles.agent.generate.remote(prompt_ids, seed=turn_seed(seed, turn) if sampling.temperature > 0
                                                      else None, request_id=f"{dialogue_id}-a{turn}", **params)
 
-        traj = await run_dialogue(did, profile, scenario, agent_fn, roles.pool.respond, max_turns=cfg.dialogue.max_turns,
-                                  seed=seed, user_retries=cfg.dialogue.user_retries,
-                                  encoder=IncrementalChatEncoder(roles.tokenizer, prefix),
-                                  privileged_user_view=privileged_user_view)
+        async def user_fn(request):
+            if lockstep and request.turn_index not in user_turns_seen:  # retries do not wait again
+                user_turns_seen.add(request.turn_index)
+                await user_barrier.wait()
+            return await roles.pool.respond(request)
+
+        try:
+            traj = await run_dialogue(did, profile, scenario, agent_fn, user_fn, max_turns=cfg.dialogue.max_turns,
+                                      seed=seed, user_retries=cfg.dialogue.user_retries,
+                                      encoder=IncrementalChatEncoder(roles.tokenizer, prefix),
+                                      privileged_user_view=privileged_user_view)
+        finally:
+            agent_barrier.leave()
+            user_barrier.leave()
         roles.pool.release(did)
         traj.group, traj.iteration = index, iteration
         successes += traj.success

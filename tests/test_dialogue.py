@@ -151,3 +151,23 @@ def test_cut_off_generation_is_closed_by_the_template(scenario, smollm_tokenizer
     assert sum(enc.loss_mask) == len(ids)
     with pytest.raises(ValueError):
         enc.add_generation([1, 2], [0.0])
+
+
+def test_turn_barrier_holds_everyone_until_the_last_arrives():
+    from sead_ray.driver import TurnBarrier
+    order = []
+
+    async def party(barrier, name, turns, delay):
+        for t in range(turns):
+            await asyncio.sleep(delay)
+            await barrier.wait()
+            order.append((t, name))
+        barrier.leave()
+
+    async def main():
+        barrier = TurnBarrier(3)
+        await asyncio.gather(party(barrier, "fast", 3, 0.0), party(barrier, "slow", 3, 0.02),
+                             party(barrier, "short", 1, 0.0))
+    asyncio.run(main())
+    # turn 0: all three pass together; later turns: the two remaining pass together, in lock-step
+    assert [t for t, _ in order] == [0, 0, 0, 1, 1, 2, 2]

