@@ -6,6 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.sead-ray-installed
 MODELS := $(VENV)/.sead-ray-models
+DSOPS  := $(VENV)/.sead-ray-ds-ops
 
 .PHONY: setup demo test lint clean
 
@@ -22,12 +23,21 @@ $(MODELS): $(STAMP)
 	$(VENV)/bin/sead-ray models prepare --tiny
 	touch $(MODELS)
 
-setup: $(STAMP) $(MODELS)
+# DeepSpeed JIT-compiles its CPU shared-memory collective op on first use (2-3 min): do it once here,
+# not inside the first training step. Cached in ~/.cache/torch_extensions.
+$(DSOPS): $(STAMP)
+	$(PY) -c "from deepspeed.comm.torch import build_shm_op; assert build_shm_op() is not None"
+	touch $(DSOPS)
 
+setup: $(STAMP) $(MODELS) $(DSOPS)
+
+# A second `make demo` resumes runs/demo (and does nothing more once it has finished).
 demo: setup
-	$(VENV)/bin/sead-ray profiles sample --config configs/embedded.yaml --n 8 --seed 0 --out runs/demo/profiles.jsonl
-	@echo "demo: sampled the first iteration's profiles into runs/demo/profiles.jsonl."
-	@echo "demo: (the rollout system and training land with the next issues; until then this is all the demo runs)"
+	@if [ -e runs/demo/checkpoints/latest ]; then \
+		$(VENV)/bin/sead-ray train --resume runs/demo; \
+	else \
+		$(VENV)/bin/sead-ray train --config configs/embedded.yaml --out runs/demo; \
+	fi
 
 test: setup
 	$(VENV)/bin/python -m pytest -q

@@ -9,6 +9,7 @@ from typing import Optional
 import ray
 
 from actors.vllm_engine import EngineSpec, VLLMEngine
+from actors.weight_sync import WeightHandle, discard, materialize
 from sead_ray.dialogue import AgentTurnOutput
 
 
@@ -41,16 +42,41 @@ class AgentPolicyActor:
         return AgentTurnOutput(gen.text, gen.token_ids, gen.logprobs, version, gen.finish_reason)
 
     async def load_weights_from_file(self, path: str, version: int) -> dict:
-        """Reload every weight from a safetensors file (the shm transport) and serve `version`."""
+        """Reload every weight from a safetensors file and serve `version`."""
         t0 = time.perf_counter()
         n = await self.engine.reload_weights_from_file(path)
         self.version = version
-        return {"tensors": n, "seconds": time.perf_counter() - t0, "version": version}
+        return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
+
+    async def apply_weights(self, handle: WeightHandle) -> dict:
+        """Apply a published weight version (shm or object_store transport)."""
+        t0 = time.perf_counter()
+        path, delete = materialize(handle)
+        try:
+            info = await self.load_weights_from_file(path, handle.version)
+        finally:
+            if delete:
+                discard(path)
+        info["apply_s"] = time.perf_counter() - t0
+        return info
+
+    async def init_nccl(self, host: str, port: int, world_size: int = 2) -> None:
+        await self.engine.init_nccl(host, port, world_size)
+
+    async def receive_weights_nccl(self, metadata: list, version: int) -> dict:
+        t0 = time.perf_counter()
+        n = await self.engine.receive_nccl(metadata)
+        self.version = version
+        return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
 
     async def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks compare schedules from a cold cache)."""
         if self.engine is not None:
             await self.engine.reset_prefix_cache()
+
+    def set_version(self, version: int) -> None:
+        """The version of the weights the engine started with (a resumed run's checkpoint)."""
+        self.version = version
 
     def get_version(self) -> int:
         return self.version

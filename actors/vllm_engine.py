@@ -51,10 +51,42 @@ class WeightReloadExtension:
         from safetensors.torch import load_file
         tensors = load_file(path)
         self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+        self._sead_refresh_lm_head()
         return len(tensors)
+
+    def _sead_refresh_lm_head(self) -> None:
+        """vLLM 0.32 on CPU packs the lm_head GEMM at load time; with tied embeddings (SmolLM2) the
+        reload updates the embedding but the lm_head keeps serving the packed old weights. Re-pack it
+        from the current weight (a no-op in effect for an untied head that reload already updated)."""
+        from vllm.platforms import current_platform
+        if not current_platform.is_cpu():
+            return
+        lm_head = getattr(self.model_runner.get_model(), "lm_head", None)
+        method = getattr(lm_head, "quant_method", None)
+        if method is not None and hasattr(method, "process_weights_after_loading"):
+            method.process_weights_after_loading(lm_head)
 
     def sead_ping(self) -> str:
         return "ok"
+
+    # GPU (nccl transport, see actors/weight_sync.py); not runnable on CPU machines.
+    def sead_init_nccl(self, host: str, port: int, world_size: int, rank: int) -> None:
+        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+        from vllm.distributed.utils import StatelessProcessGroup
+        group = StatelessProcessGroup.create(host=host, port=port, rank=rank, world_size=world_size)
+        self._sead_comm = PyNcclCommunicator(group, device=self.device)
+
+    def sead_receive_nccl(self, metadata: list) -> int:
+        import torch
+        received = []
+        for name, dtype, shape in metadata:
+            buffer = torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=self.device)
+            self._sead_comm.broadcast(buffer, src=0, stream=torch.cuda.current_stream())
+            received.append((name, buffer))
+        torch.cuda.synchronize()
+        self.model_runner.reload_weights(weights_iterator=iter(received), is_checkpoint_format=True)
+        self._sead_refresh_lm_head()
+        return len(received)
 
 
 class VLLMEngine:
@@ -116,6 +148,14 @@ class VLLMEngine:
     async def reload_weights_from_file(self, path: str) -> int:
         results = await self.engine.collective_rpc("sead_reload_from_file", args=(path,))
         # Reset the prefix cache so no KV computed with old weights is reused.
+        await self.engine.reset_prefix_cache()
+        return int(results[0])
+
+    async def init_nccl(self, host: str, port: int, world_size: int) -> None:
+        await self.engine.collective_rpc("sead_init_nccl", args=(host, port, world_size, 1))
+
+    async def receive_nccl(self, metadata: list) -> int:
+        results = await self.engine.collective_rpc("sead_receive_nccl", args=(metadata,))
         await self.engine.reset_prefix_cache()
         return int(results[0])
 

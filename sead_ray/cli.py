@@ -88,6 +88,26 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key (with --config)")
 
+    # train
+    tr = sub.add_parser(
+        "train", help="self-play training: the four phases per iteration, checkpoints, resume",
+        description="Run SEAD self-evolution: each iteration samples B profiles (curriculum), plays the calls "
+                    "against the frozen simulator, updates the agent with GRPO on Ray Train + DeepSpeed ZeRO-3, "
+                    "broadcasts the new weights to the agent engine, and updates the completion rate per initial "
+                    "state (Mistake Analysis). Writes the run directory (config, dialogues/, curriculum/, "
+                    "metrics.jsonl, tensorboard/, checkpoints/). Ctrl-C stops at the next safe point with a "
+                    "checkpoint; --resume continues a stopped or killed run exactly.",
+        epilog="examples:\n  sead-ray train --config configs/embedded.yaml\n"
+               "  sead-ray train --config configs/embedded.yaml --set train.iterations=10 --out runs/long\n"
+               "  sead-ray train --resume runs/long", formatter_class=argparse.RawDescriptionHelpFormatter)
+    tr.add_argument("--config", "-c", default=None, metavar="FILE",
+                    help="run config YAML (required unless --resume, which reads the run's own config.yaml)")
+    tr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key, e.g. --set train.iterations=5 (repeatable; values are YAML)")
+    tr.add_argument("--out", default=None, metavar="RUN_DIR", help="run directory (default: <output_dir>/run-<time>)")
+    tr.add_argument("--resume", default=None, metavar="RUN_DIR",
+                    help="continue the run in RUN_DIR from its latest checkpoint")
+
     # eval
     ev = sub.add_parser(
         "eval", help="run an agent against the frozen user simulator and print the paper's metrics",
@@ -216,6 +236,47 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    import asyncio
+    import time
+
+    import ray
+
+    from .driver import init_ray, train
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        config_path = args.config or run_dir / "config.yaml"
+        if not Path(config_path).exists():
+            raise UsageError(f"{run_dir}: not a sead-ray run directory (no config.yaml)")
+    elif args.config:
+        config_path = args.config
+    else:
+        raise UsageError("train needs --config FILE (or --resume RUN_DIR)")
+    cfg, scenario = _load(str(config_path), args.overrides)
+    if not args.resume:
+        run_dir = Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S"))
+        if (run_dir / "checkpoints" / "latest").exists():
+            raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
+                             f"`sead-ray train --resume {run_dir}` or choose another --out")
+    init_ray(cfg)
+    try:
+        summary = asyncio.run(train(cfg, scenario, run_dir, resume=bool(args.resume)))
+    finally:
+        ray.shutdown()
+    state = "stopped early" if summary.get("interrupted") else "finished"
+    print(f"\ntraining {state} after iteration {summary['iterations']} of {cfg.train.iterations}")
+    print(f"  run directory : {summary['run_dir']}")
+    print(f"  metrics       : {summary['metrics']}")
+    print(f"  tensorboard   : tensorboard --logdir {summary['tensorboard']}")
+    print(f"  checkpoint    : {summary['checkpoint'] or '(none yet)'}")
+    if summary.get("interrupted"):
+        print(f"  resume with   : sead-ray train --resume {summary['run_dir']}")
+    else:
+        print(f"  evaluate with : sead-ray eval --config {summary['run_dir']}/config.yaml --agent {summary['run_dir']}")
+    return 130 if summary.get("interrupted") else 0
+
+
 def cmd_metrics(args) -> int:
     from .metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
 
@@ -244,6 +305,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "profiles": cmd_profiles_sample,
         "metrics": cmd_metrics,
         "eval": cmd_eval,
+        "train": cmd_train,
     }
     try:
         return handlers[args.command](args)
@@ -254,10 +316,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("sead-ray: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
+        from actors.trainer import TrainerError
         from placement import PlacementError
 
         from .models import ModelError
-        if isinstance(exc, (ModelError, PlacementError)):
+        if isinstance(exc, (ModelError, PlacementError, TrainerError)):
             print(f"sead-ray: error: {exc}", file=sys.stderr)
             return 1
         raise

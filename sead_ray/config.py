@@ -57,6 +57,9 @@ class DialogueConfig:
     user_retries: int = _f(2, 0, 10, "re-asks of the simulator when its reply does not parse")
     user_reply_max_chars: int = _f(300, 8, 4000, "longest spoken reply the simulator's JSON schema allows")
     privileged_user_view: bool = _f(False, doc="training-time only: show the agent the simulator's state")
+    # Text the agent's turn starts with, placed after the generation prompt (a template token, never
+    # trained on): `{"reply": "` sets a small model on the JSON format without constraining decoding.
+    agent_prefill: str = _f('{"reply": "', doc="text every agent turn starts with (part of the prompt)")
 
 
 @dataclass

@@ -152,6 +152,7 @@ async def run_dialogue(
     user_retries: int = 2,
     encoder: Optional[ChatEncoder] = None,
     privileged_user_view: bool = False,
+    agent_prefill: str = "",
 ) -> Trajectory:
     """Play one call to its end. Never raises on model output; back-end failures end the dialogue
     with end_reason 'error' and keep the turns played so far."""
@@ -187,10 +188,11 @@ async def run_dialogue(
         traj.agent_seconds += time.perf_counter() - t0
         if encoder is not None:
             encoder.add_generation(list(out.token_ids), list(out.logprobs))
-        parsed = parse_agent_output(out.text, schema)
-        agent_raw.append(out.text)
+        raw = agent_prefill + out.text   # the turn as the agent's context holds it
+        parsed = parse_agent_output(raw, schema)
+        agent_raw.append(raw)
         agent_spoken.append(parsed.reply or "...")
-        turn = Turn(parsed.reply, parsed.estimate, out.text, parsed.ok, out.policy_version, len(out.token_ids))
+        turn = Turn(parsed.reply, parsed.estimate, raw, parsed.ok, out.policy_version, len(out.token_ids))
         turns.append(turn)
 
         reply = None

@@ -49,26 +49,41 @@ def dialogue_seed(base_seed: int, iteration: int, index: int, rollout: int = 0) 
 
 
 class Progress:
-    """A tqdm bar on a terminal, plain log lines every ~10 % otherwise."""
+    """A tqdm bar of finished dialogues on a terminal (with turns played and the running CR), plain
+    log lines otherwise (every ~10 % of dialogues, and every 30 s while turns are being played)."""
 
     def __init__(self, total: int, desc: str):
-        self.total, self.desc, self.done = total, desc, 0
+        self.total, self.desc, self.done, self.turns, self.successes = total, desc, 0, 0, 0
         self.bar = None
-        self.t0 = time.perf_counter()
+        self.t0 = self.last_log = time.perf_counter()
         if sys.stderr.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=total, desc=desc, unit="dlg", dynamic_ncols=True)
         else:
             log.info("%s: %d to go", desc, total)
 
-    def update(self, postfix: str = "") -> None:
+    def _postfix(self) -> str:
+        return f"turns {self.turns}, CR {self.successes / max(1, self.done):.2f}"
+
+    def turn(self) -> None:
+        self.turns += 1
+        now = time.perf_counter()
+        if self.bar is not None:
+            self.bar.set_postfix_str(self._postfix(), refresh=False)
+        elif now - self.last_log > 30:
+            self.last_log = now
+            log.info("%s: %d/%d done, %s (%.0f s)", self.desc, self.done, self.total, self._postfix(), now - self.t0)
+
+    def update(self, success: bool) -> None:
         self.done += 1
+        self.successes += int(success)
         if self.bar is not None:
             self.bar.update(1)
-            if postfix:
-                self.bar.set_postfix_str(postfix)
+            self.bar.set_postfix_str(self._postfix())
         elif self.done == self.total or self.done % max(1, self.total // 10) == 0:
-            log.info("%s: %d/%d (%.0f s) %s", self.desc, self.done, self.total, time.perf_counter() - self.t0, postfix)
+            self.last_log = time.perf_counter()
+            log.info("%s: %d/%d done, %s (%.0f s)", self.desc, self.done, self.total, self._postfix(),
+                     self.last_log - self.t0)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -98,8 +113,7 @@ def _engine_bind(cfg: SeadConfig, index: int) -> str:
 
 
 async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Optional[Path] = None,
-                              *, with_controller: bool = False, with_stats: bool = True,
-                              extra_counts: Optional[dict] = None) -> RolloutRoles:
+                              *, with_controller: bool = False, with_stats: bool = True) -> RolloutRoles:
     """Placement groups, then the actors: agent engine, user simulator pool, stats, controller."""
     import ray
     from transformers import AutoTokenizer
@@ -116,8 +130,7 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     agent_path = str(resolve_model(agent_model))
     user_path = str(resolve_model(cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
     n_user = user_engine_count(cfg, ray.cluster_resources())
-    counts = {"agent_policy": 1, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
-              **(extra_counts or {})}
+    counts = {"agent_policy": 1, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller)}
     plan = create_placement_groups(cfg, counts)
     log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
 
@@ -226,13 +239,11 @@ async def run_dialogues(roles: RolloutRoles, profiles: Sequence[Profile], *, ite
     if scheduling not in ("async", "turn_sync"):
         raise ValueError(f"unknown scheduling {scheduling!r}")
     progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
-    successes = 0
     n_dialogues = len(profiles) * rollouts_per_profile
     lockstep = scheduling == "turn_sync"
     agent_barrier, user_barrier = TurnBarrier(n_dialogues), TurnBarrier(n_dialogues)
 
     async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
-        nonlocal successes
         did = f"it{iteration:04d}-p{index:04d}-r{rollout}"
         seed = dialogue_seed(cfg.seed, iteration, index, rollout)
         user_turns_seen: set = set()
@@ -240,6 +251,7 @@ async def run_dialogues(roles: RolloutRoles, profiles: Sequence[Profile], *, ite
         async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: list) -> AgentTurnOutput:
             if lockstep:
                 await agent_barrier.wait()
+            progress.turn()
             return await roles.agent.generate.remote(prompt_ids, seed=turn_seed(seed, turn) if sampling.temperature > 0
                                                      else None, request_id=f"{dialogue_id}-a{turn}", **params)
 
@@ -252,15 +264,15 @@ async def run_dialogues(roles: RolloutRoles, profiles: Sequence[Profile], *, ite
         try:
             traj = await run_dialogue(did, profile, scenario, agent_fn, user_fn, max_turns=cfg.dialogue.max_turns,
                                       seed=seed, user_retries=cfg.dialogue.user_retries,
-                                      encoder=IncrementalChatEncoder(roles.tokenizer, prefix),
-                                      privileged_user_view=privileged_user_view)
+                                      encoder=IncrementalChatEncoder(roles.tokenizer, prefix, cfg.dialogue.agent_prefill),
+                                      privileged_user_view=privileged_user_view,
+                                      agent_prefill=cfg.dialogue.agent_prefill)
         finally:
             agent_barrier.leave()
             user_barrier.leave()
         roles.pool.release(did)
         traj.group, traj.iteration = index, iteration
-        successes += traj.success
-        progress.update(f"CR {successes / (progress.done + 1):.2f}")
+        progress.update(traj.success)
         return traj
 
     t0 = time.perf_counter()
@@ -315,3 +327,193 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
                               f"(turns retried: {extra['pool']['retried_turns']})",
         "output": str(out_dir)}))
     return summary
+
+
+# --------------------------------------------------------------------------- training (the four phases)
+
+@dataclass
+class TrainState:
+    """What a checkpoint must hold besides the weights to continue exactly."""
+    iteration: int                 # last completed iteration
+    controller: dict               # ProfileController.state_dict() after that iteration
+    policy_version: int
+
+
+def _samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list:
+    from actors.trainer import Sample
+    out = []
+    for t, a in zip(trajectories, advantages):
+        if not t.token_ids or sum(t.loss_mask) == 0:
+            continue
+        out.append(Sample(t.token_ids[:max_seq_len], t.loss_mask[:max_seq_len], t.rollout_logprobs[:max_seq_len], a))
+    return out
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.rename(path)
+
+
+class StopRequested(Exception):
+    """Ctrl-C: end at the next safe point with a checkpoint."""
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    link = run_dir / "checkpoints" / "latest"
+    if not link.exists():
+        return None
+    return link.resolve()
+
+
+async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: bool = False) -> dict:
+    """The self-evolution loop. Each iteration runs the paper's four phases:
+
+    1. profile sampling       ProfileController.sample(B)
+    2. dialogues              one asyncio task per dialogue against the frozen simulator
+    3. GRPO                   advantages -> TrainerGroup.step -> weights broadcast to the agent engine
+    4. Mistake Analysis       completion rate per initial state -> next sampling weights
+    """
+    import signal
+
+    from actors.trainer import TrainerGroup
+    from sead_ray.grpo import compute_advantages, trajectory_reward
+
+    from .models import resolve_model
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start_iteration, version, state = 1, 0, None
+    agent_model = str(resolve_model(cfg.models.agent))
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        state = json.loads((checkpoint / "state.json").read_text())
+        start_iteration, version = state["iteration"] + 1, state["policy_version"]
+        agent_model = str(checkpoint / "hf")
+        _truncate_metrics(run_dir / "metrics.jsonl", state["iteration"])
+        log.info("resuming %s after iteration %d (policy version %d) from %s", run_dir, state["iteration"], version,
+                 checkpoint)
+    else:
+        if resume:
+            log.info("no checkpoint in %s yet: starting from the beginning", run_dir)
+        _truncate_metrics(run_dir / "metrics.jsonl", 0)
+    dump_config(cfg, run_dir / "config.yaml")
+    if start_iteration > cfg.train.iterations:
+        log.info("%s already finished its %d iterations: nothing to do", run_dir, cfg.train.iterations)
+        return {"run_dir": str(run_dir), "iterations": cfg.train.iterations, "interrupted": False, "wall_s": 0.0,
+                "checkpoint": str(checkpoint), "tensorboard": str(run_dir / "tensorboard"),
+                "metrics": str(run_dir / "metrics.jsonl")}
+
+    roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True)
+    controller = roles.controller
+    if state is not None:
+        await controller.load_state_dict.remote(state["controller"])
+    await roles.agent.set_version.remote(version)
+    trainer = TrainerGroup(cfg, agent_model, run_dir, agent=roles.agent)
+    stop = {"requested": False, "phase": "start"}
+    previous_handler = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame):
+        if stop["requested"]:
+            raise KeyboardInterrupt  # second Ctrl-C: leave now
+        stop["requested"] = True
+        log.warning("Ctrl-C: stopping at the next safe point with a checkpoint (Ctrl-C again to abort)")
+    signal.signal(signal.SIGINT, on_sigint)
+    summary: dict = {"run_dir": str(run_dir)}
+    last_done = start_iteration - 1
+    saved_after = last_done if checkpoint is not None else 0
+    # Phase 1 of an aborted iteration has already drawn: a Ctrl-C checkpoint saves this instead.
+    controller_after_last = await controller.state_dict.remote()
+    try:
+        trainer.start()
+        if checkpoint is not None:
+            trainer.load(checkpoint)
+        t_run = time.perf_counter()
+        for it in range(start_iteration, cfg.train.iterations + 1):
+            if stop["requested"]:
+                raise StopRequested
+            t_it = time.perf_counter()
+            # Phase 1: profile sampling
+            profiles = await controller.sample.remote(cfg.train.batch_size)
+            # Phase 2: dialogues
+            rollout = await _cancellable(run_dialogues(
+                roles, profiles, iteration=it, phase="train", sampling=cfg.dialogue.agent_train,
+                rollouts_per_profile=cfg.train.rollouts_per_profile,
+                privileged_user_view=cfg.dialogue.privileged_user_view), stop)
+            records = write_dialogues(run_dir / "dialogues" / f"iter_{it:04d}.jsonl", rollout, scenario)
+            # Phase 3: GRPO (from here on the iteration completes even on Ctrl-C)
+            trajs = rollout.trajectories
+            rewards = [trajectory_reward(t.success, t.agent_parse_failures, cfg.train.success_reward,
+                                         cfg.train.format_penalty) for t in trajs]
+            advantages = compute_advantages(rewards, [t.group for t in trajs], cfg.train.advantage_mode)
+            samples = _samples_from(trajs, advantages, cfg.train.max_seq_len)
+            train_metrics = trainer.step(samples)
+            version += 1
+            sync = trainer.sync_weights(version)
+            # Phase 4: Mistake Analysis
+            snapshot = await controller.update.remote([(t.profile.state, t.success) for t in trajs])
+            _write_json(run_dir / "curriculum" / f"iter_{it:04d}.json", {"iteration": it, **snapshot})
+            extra = {"dialogues_per_s": rollout.dialogues_per_s, "agent_tokens_per_s": rollout.agent_tokens_per_s,
+                     "rollout_s": rollout.wall_s, "reward_mean": sum(rewards) / max(1, len(rewards)),
+                     "policy_version": version, "sync_s": sync.get("total_s"), "sync_mb": sync.get("mb"),
+                     "iteration_s": time.perf_counter() - t_it, **{f"train_{k}": v for k, v in train_metrics.items()}}
+            row = await roles.stats.record_iteration.remote(it, "train", records, extra, snapshot)
+            last_done, controller_after_last = it, await controller.state_dict.remote()
+            log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %.2e, %.0f s",
+                     it, cfg.train.iterations, row["cr"] or 0.0, extra["reward_mean"], train_metrics["loss"],
+                     train_metrics["logprob_mismatch_mean"], extra["iteration_s"])
+            if cfg.train.checkpoint_every and it % cfg.train.checkpoint_every == 0 or it == cfg.train.iterations:
+                await _save(trainer, run_dir, TrainState(it, controller_after_last, version))
+                saved_after = it
+        summary.update(iterations=last_done, wall_s=time.perf_counter() - t_run, interrupted=False)
+    except (StopRequested, asyncio.CancelledError):
+        summary.update(iterations=last_done, interrupted=True)
+        if last_done > saved_after:
+            await _save(trainer, run_dir, TrainState(last_done, controller_after_last, version))
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+        trainer.stop()
+        await shutdown_rollout_roles(roles)
+    summary.update(checkpoint=str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None,
+                   tensorboard=str(run_dir / "tensorboard"), metrics=str(run_dir / "metrics.jsonl"))
+    return summary
+
+
+async def _cancellable(coro, stop: dict):
+    """Run phase 2, cancelling it when Ctrl-C was pressed (the iteration is then discarded)."""
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        await asyncio.wait([task], timeout=0.5)
+        if stop["requested"] and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            raise StopRequested
+    return task.result()
+
+
+async def _save(trainer: Any, run_dir: Path, state: TrainState) -> Path:
+    directory = run_dir / "checkpoints" / f"iter_{state.iteration:04d}"
+    t0 = time.perf_counter()
+    trainer.save(directory)
+    _write_json(directory / "state.json", {"iteration": state.iteration, "controller": state.controller,
+                                           "policy_version": state.policy_version})
+    link = run_dir / "checkpoints" / "latest"
+    tmp = run_dir / "checkpoints" / ".latest.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(directory.name)
+    os.replace(tmp, link)
+    log.info("checkpoint after iteration %d: %s (%.0f s)", state.iteration, directory, time.perf_counter() - t0)
+    return directory
+
+
+def _truncate_metrics(path: Path, last_iteration: int) -> None:
+    """Drop metric rows of iterations after the checkpoint (they are redone on resume)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("iteration", 0) <= last_iteration]
+    path.write_text("".join(line + "\n" for line in keep))

@@ -81,29 +81,36 @@ def policy_loss(
     kl_coef: float = 0.0,
     entropy: Optional[torch.Tensor] = None,
     entropy_coef: float = 0.0,
+    normalizer: Optional[float] = None,
 ) -> tuple[torch.Tensor, LossStats]:
-    """PPO-clip surrogate averaged over all agent tokens of the batch (token-level aggregation), plus
-    `kl_coef` x the low-variance KL estimator k3 to a reference model, minus `entropy_coef` x entropy."""
+    """PPO-clip surrogate averaged over all agent tokens (token-level aggregation), plus `kl_coef` x the
+    low-variance KL estimator k3 to a reference model, minus `entropy_coef` x entropy.
+
+    `normalizer`: divide token sums by this instead of this micro-batch's token count, so that
+    micro-batches and ranks add up to the mean over the whole batch. Stats are always per-token means."""
     mask = loss_mask.to(logprobs.dtype)
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        return (x * mask).sum() / normalizer if normalizer else masked_mean(x, mask)
+
     adv = advantages.to(logprobs.dtype).unsqueeze(-1)
     ratio = torch.exp(logprobs - old_logprobs)
     surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv)
-    pg_loss = -masked_mean(surrogate, mask)
-    loss = pg_loss
-    kl = torch.zeros((), dtype=logprobs.dtype)
+    loss = -reduce(surrogate)
+    kl_tokens = None
     if ref_logprobs is not None and kl_coef > 0:
         log_ratio = ref_logprobs - logprobs
-        kl = masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask)
-        loss = loss + kl_coef * kl
-    ent = torch.zeros((), dtype=logprobs.dtype)
-    if entropy is not None:
-        ent = masked_mean(entropy, mask)
-        if entropy_coef > 0:
-            loss = loss - entropy_coef * ent
+        kl_tokens = torch.exp(log_ratio) - log_ratio - 1
+        loss = loss + kl_coef * reduce(kl_tokens)
+    if entropy is not None and entropy_coef > 0:
+        loss = loss - entropy_coef * reduce(entropy)
     with torch.no_grad():
         clipped = ((ratio - 1).abs() > clip_eps).to(mask.dtype)
-        stats = LossStats(float(loss), float(pg_loss), float(kl), float(ent),
-                          float(masked_mean(clipped, mask)), float(masked_mean(ratio, mask)), int(mask.sum()))
+        stats = LossStats(
+            float(loss), float(-masked_mean(surrogate, mask)),
+            float(masked_mean(kl_tokens, mask)) if kl_tokens is not None else 0.0,
+            float(masked_mean(entropy, mask)) if entropy is not None else 0.0,
+            float(masked_mean(clipped, mask)), float(masked_mean(ratio, mask)), int(mask.sum()))
     return loss, stats
 
 

@@ -14,10 +14,13 @@ _PLACEHOLDER = "\x00SEAD_PLACEHOLDER\x00"
 
 
 class IncrementalChatEncoder:
-    def __init__(self, tokenizer: Any, prefix_messages: Sequence[dict]):
+    """`prefill`: text each agent turn starts with, appended after every generation prompt (mask 0)."""
+
+    def __init__(self, tokenizer: Any, prefix_messages: Sequence[dict], prefill: str = ""):
         self.tokenizer = tokenizer
+        self.prefill = prefill
         prefix_messages = list(prefix_messages)
-        text = tokenizer.apply_chat_template(prefix_messages, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(prefix_messages, tokenize=False, add_generation_prompt=True) + prefill
         self.token_ids: list[int] = self._encode(text)
         self.loss_mask: list[int] = [0] * len(self.token_ids)
         self.logprobs: list[float] = [0.0] * len(self.token_ids)
@@ -48,7 +51,7 @@ class IncrementalChatEncoder:
             self._append(self._encode(self._end_of_turn), 0)
 
     def add_user(self, content: str) -> None:
-        self._append(self._encode(self._user_prefix + content + self._user_suffix), 0)
+        self._append(self._encode(self._user_prefix + content + self._user_suffix + self.prefill), 0)
 
 
 def _template_pieces(tokenizer: Any, prefix: list[dict]) -> tuple[str, str, str]:

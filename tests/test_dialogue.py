@@ -139,6 +139,27 @@ def test_token_ledger_matches_the_chat_template(scenario, smollm_tokenizer):
     assert all(lp == 0.0 for lp, m in zip(traj.rollout_logprobs, traj.loss_mask) if not m)
 
 
+def test_prefill_is_context_not_generation(scenario, smollm_tokenizer):
+    tok = smollm_tokenizer
+    from sead_ray.prompts import agent_messages
+    prefill = '{"reply": "'
+
+    async def agent(dialogue_id, turn, messages, prompt_ids):
+        assert tok.decode(prompt_ids).endswith("<|im_start|>assistant\n" + prefill)
+        text = 'Hello, it is free.", "estimate": {"cooperation": 2, "emotion": 2, "trust": 2}}'
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        return AgentTurnOutput(text, ids, [-0.1] * len(ids))
+    enc = IncrementalChatEncoder(tok, agent_messages(scenario, [], []), prefill)
+    traj = play(scenario, agent, rule_user(scenario), encoder=enc, agent_prefill=prefill, max_turns=2)
+    assert traj.turns[0].agent == "Hello, it is free." and traj.turns[0].agent_parse_ok
+    assert traj.turns[0].agent_raw.startswith(prefill)
+    messages = agent_messages(scenario, [traj.turns[0].user], [traj.turns[0].agent_raw])
+    messages.append({"role": "assistant", "content": traj.turns[1].agent_raw})
+    assert tok.decode(traj.token_ids) == tok.apply_chat_template(messages, tokenize=False)
+    masked = tok.decode([i for i, m in zip(traj.token_ids, traj.loss_mask) if m])
+    assert prefill not in masked and masked.count("Hello, it is free.") == 2
+
+
 def test_cut_off_generation_is_closed_by_the_template(scenario, smollm_tokenizer):
     tok = smollm_tokenizer
     from sead_ray.prompts import agent_messages

@@ -95,3 +95,16 @@ def test_entropy_bonus():
     lp = torch.zeros(1, 2)
     loss, stats = policy_loss(lp, lp, torch.tensor([0.0]), torch.ones(1, 2), entropy=ent, entropy_coef=0.5)
     assert float(loss) == pytest.approx(-0.5 * stats.entropy)
+
+
+def test_normalized_micro_batches_add_up_to_the_batch_mean():
+    torch.manual_seed(1)
+    lp = torch.randn(4, 6)
+    old = lp + 0.05 * torch.randn(4, 6)
+    adv = torch.tensor([1.0, -0.5, 0.3, 2.0])
+    mask = (torch.rand(4, 6) > 0.3).float()
+    whole, _ = policy_loss(lp, old, adv, mask)
+    total = int(mask.sum())
+    parts = sum(policy_loss(lp[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2], normalizer=total)[0]
+                for i in (0, 2))
+    assert float(parts) == pytest.approx(float(whole), rel=1e-5)

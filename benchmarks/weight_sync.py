@@ -1,0 +1,122 @@
+"""Weight sync: seconds and MB/s to publish and apply the agent's weights to a running vLLM engine,
+per transport, against the naive way (save a checkpoint to disk, restart the engine).
+
+    python benchmarks/weight_sync.py                                  # embedded SmolLM2-135M
+    python benchmarks/weight_sync.py --model tiny:llama-h64 --repeats 3
+
+Every transport starts from the same full state dict (what ZeRO-3's gather leaves on rank 0) and
+ends when the engine serves the new version; the script checks that greedy output changed, so a
+transport that silently did nothing would show. The ZeRO-3 gather itself is the same for every
+transport and is measured by `sead-ray train` (metrics.jsonl: sync_s).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--transports", default="shm,object_store", help="comma-separated (nccl needs GPUs)")
+    p.add_argument("--json", default=None)
+    return p.parse_args()
+
+
+async def main(args) -> dict:
+    import ray
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from actors.agent_policy import AgentPolicyActor
+    from actors.vllm_engine import EngineSpec
+    from actors.weight_sync import publish
+    from sead_ray.models import resolve_model
+
+    path = resolve_model(args.model)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING"}})
+    original = load_file(str(path / "model.safetensors"))
+    mb = sum(t.numel() * t.element_size() for t in original.values()) / 2**20
+    gen = torch.Generator().manual_seed(0)
+    perturbed = {k: (v + 0.02 * torch.randn(v.shape, generator=gen) if v.dim() == 2 else v) for k, v in original.items()}
+    spec = EngineSpec(str(path), kv_cache_mb=128, max_model_len=1024, max_num_seqs=8, omp_threads_bind="nobind")
+    prompt = list(range(1000, 1032))
+
+    def greedy(agent):
+        return ray.get(agent.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=8)).token_ids
+
+    results: dict = {"model": args.model, "mb": mb, "transports": {}}
+    agent = AgentPolicyActor.options(num_cpus=0.5).remote(spec)
+    t0 = time.perf_counter()
+    ray.get(agent.start.remote())
+    cold_start = time.perf_counter() - t0
+    base = greedy(agent)
+    version = 0
+    for transport in [t for t in args.transports.split(",") if t]:
+        runs = []
+        for r in range(args.repeats):
+            weights = perturbed if r % 2 == 0 else original
+            version += 1
+            t0 = time.perf_counter()
+            handle = publish(iter(weights.items()), version, transport)
+            t1 = time.perf_counter()
+            info = ray.get(agent.apply_weights.remote(handle))
+            t2 = time.perf_counter()
+            changed = greedy(agent) != base
+            runs.append({"publish_s": t1 - t0, "apply_s": t2 - t1, "total_s": t2 - t0, "served_version": info["version"],
+                         "output_changed": changed, "expected_change": weights is perturbed})
+        results["transports"][transport] = runs
+    ray.get(agent.shutdown.remote())
+    ray.kill(agent)
+
+    # Naive: write an HF checkpoint to disk and start a fresh engine on it.
+    from transformers import AutoTokenizer
+    naive = []
+    for r in range(max(1, args.repeats // 2)):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            for f in path.iterdir():
+                if f.is_file() and f.name != "model.safetensors":
+                    (Path(tmp) / f.name).write_bytes(f.read_bytes())
+            save_file(perturbed, str(Path(tmp) / "model.safetensors"))
+            t1 = time.perf_counter()
+            fresh = AgentPolicyActor.options(num_cpus=0.5).remote(EngineSpec(tmp, kv_cache_mb=128, max_model_len=1024,
+                                                                             max_num_seqs=8, omp_threads_bind="nobind"))
+            ray.get(fresh.start.remote())
+            changed = greedy(fresh) != base
+            t2 = time.perf_counter()
+            ray.get(fresh.shutdown.remote())
+            ray.kill(fresh)
+            naive.append({"save_s": t1 - t0, "restart_s": t2 - t1, "total_s": t2 - t0, "output_changed": changed})
+    results["naive_save_and_restart"] = naive
+    results["engine_cold_start_s"] = cold_start
+    ray.shutdown()
+
+    print(f"\nweight sync of {args.model} ({mb:.0f} MB float32) into a running vLLM-CPU engine")
+    print(f"{'method':<26}{'seconds':>10}{'MB/s':>10}{'x faster than naive':>22}")
+    naive_s = sum(n["total_s"] for n in naive) / len(naive)
+    for transport, runs in results["transports"].items():
+        s = sum(x["total_s"] for x in runs) / len(runs)
+        ok = all(x["output_changed"] == x["expected_change"] for x in runs)
+        results[f"{transport}_s"] = s
+        results[f"{transport}_ratio_vs_naive"] = naive_s / s
+        print(f"{transport:<26}{s:>10.2f}{mb / s:>10.1f}{naive_s / s:>22.1f}" + ("" if ok else "   (OUTPUT CHECK FAILED)"))
+    print(f"{'save + restart (naive)':<26}{naive_s:>10.2f}{mb / naive_s:>10.1f}{1.0:>22.1f}")
+    results["naive_s"] = naive_s
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

@@ -1,0 +1,57 @@
+"""A tiny agent with a known base rate, for the learning test.
+
+A random tiny Llama says nothing in particular; to test that GRPO raises the rate of a rewarded
+behaviour, the agent must show it now and then from the start. This warm-starts the tiny model by a
+few hundred plain supervised steps on the agent's real first-turn prompt, towards a mixture of
+replies: `p_phrase` of them contain the planted phrase, the rest do not.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PHRASE = "it is free"
+WITH_PHRASE = ["Hello, it is free for you.", "Good day, it is free today."]
+WITHOUT = ["Hello, how is business?", "Good day, may I talk to the owner?", "Hi, this is Lin calling.",
+           "Hello, do you have a minute?", "Good morning, how are you?", "Hi, I call from the platform."]
+
+
+def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: int = 300, seed: int = 0,
+                       prefill: str = '{"reply": "') -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sead_ray.models import resolve_model
+    from sead_ray.prompts import agent_messages
+
+    out_dir = Path(out_dir)
+    if (out_dir / "config.json").exists():
+        return out_dir
+    base = resolve_model("tiny:llama-h64")
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    prompt = tok.apply_chat_template(agent_messages(scenario, [], []), tokenize=False, add_generation_prompt=True)
+    prompt += prefill
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    # Mixture weights: the phrase replies share p_phrase, the others the rest.
+    replies = [(r, p_phrase / len(WITH_PHRASE)) for r in WITH_PHRASE] + \
+              [(r, (1 - p_phrase) / len(WITHOUT)) for r in WITHOUT]
+    examples = []
+    for text, weight in replies:
+        completion = json.dumps({"reply": text})[len(prefill):] if json.dumps({"reply": text}).startswith(prefill) \
+            else json.dumps({"reply": text})
+        ids = tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        examples.append((torch.tensor(prompt_ids + ids), len(prompt_ids), weight))
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        loss = 0.0
+        for ids, start, weight in examples:
+            logits = model(ids[None]).logits[0, start - 1:-1]
+            loss = loss + weight * torch.nn.functional.cross_entropy(logits, ids[start:], reduction="sum")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    return out_dir
