@@ -140,16 +140,26 @@ class _Worker:
     # -- helpers
 
     def _forward_logprobs(self, engine, batch, with_entropy: bool):
+        """Per-target logprobs [B, L-1] (and entropies) of a collated batch.
+
+        Logits are computed only from the first position any row trains on (`logits_to_keep`): the
+        shared system prompt comes first and a full-vocabulary head over it would dominate the cost."""
         import torch
 
-        from sead_ray.grpo import token_logprobs
-        out = engine(input_ids=batch.input_ids.to(self.device), attention_mask=batch.attention_mask.to(self.device))
-        logits = out.logits.float()
-        logprobs = token_logprobs(logits, batch.input_ids.to(self.device))
+        ids = batch.input_ids.to(self.device)
+        B, L = ids.shape
+        trained = batch.loss_mask.sum(0).nonzero()
+        first = int(trained[0]) if len(trained) else L - 2
+        keep = L - first
+        out = engine(input_ids=ids, attention_mask=batch.attention_mask.to(self.device), logits_to_keep=keep)
+        logp = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)          # predicts targets first..L-2
+        part = logp.gather(-1, ids[:, L - keep + 1:].unsqueeze(-1)).squeeze(-1)
+        logprobs = torch.zeros((B, L - 1), dtype=part.dtype, device=part.device)
+        logprobs[:, L - keep:] = part
         entropy = None
         if with_entropy:
-            logp = torch.log_softmax(logits[:, :-1], dim=-1)
-            entropy = -(logp.exp() * logp).sum(-1)
+            entropy = torch.zeros_like(logprobs)
+            entropy[:, L - keep:] = -(logp.exp() * logp).sum(-1)
         return logprobs, entropy
 
     def _micro_batches(self, samples: Sequence[Sample], pad_to: Optional[int] = None):

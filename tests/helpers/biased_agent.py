@@ -16,7 +16,7 @@ WITHOUT = ["Hello, how is business?", "Good day, may I talk to the owner?", "Hi,
            "Hello, do you have a minute?", "Good morning, how are you?", "Hi, I call from the platform."]
 
 
-def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: int = 300, seed: int = 0,
+def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: int = 150, seed: int = 0,
                        prefill: str = '{"reply": "') -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -36,19 +36,26 @@ def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: i
     # Mixture weights: the phrase replies share p_phrase, the others the rest.
     replies = [(r, p_phrase / len(WITH_PHRASE)) for r in WITH_PHRASE] + \
               [(r, (1 - p_phrase) / len(WITHOUT)) for r in WITHOUT]
-    examples = []
+    completions = []
     for text, weight in replies:
-        completion = json.dumps({"reply": text})[len(prefill):] if json.dumps({"reply": text}).startswith(prefill) \
-            else json.dumps({"reply": text})
-        ids = tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        examples.append((torch.tensor(prompt_ids + ids), len(prompt_ids), weight))
+        full = json.dumps({"reply": text})
+        completion = full[len(prefill):] if full.startswith(prefill) else full
+        completions.append((tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], weight))
+    # One padded batch of (prompt + reply); the loss covers each reply's tokens, weighted by its share.
+    width = max(len(c) for c, _ in completions)
+    pad = tok.pad_token_id or 0
+    ids = torch.tensor([prompt_ids + c + [pad] * (width - len(c)) for c, _ in completions])
+    targets = torch.tensor([c + [-100] * (width - len(c)) for c, _ in completions])
+    weights = torch.tensor([w for _, w in completions])
+    start = len(prompt_ids)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(steps):
-        loss = 0.0
-        for ids, start, weight in examples:
-            logits = model(ids[None]).logits[0, start - 1:-1]
-            loss = loss + weight * torch.nn.functional.cross_entropy(logits, ids[start:], reduction="sum")
+        # The lm_head over a 49k vocabulary dominates the cost: apply it to the reply positions only.
+        hidden = model.model(ids).last_hidden_state[:, start - 1:start - 1 + width]
+        logits = model.lm_head(hidden)
+        per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+        loss = (per_token.sum(1) * weights).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
