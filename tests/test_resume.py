@@ -1,0 +1,66 @@
+"""Kill `sead-ray train` during iteration 2 (SIGKILL of its whole process group, Ray included),
+resume it, and compare with an uninterrupted run of the same seed: the curriculum state entering
+iteration 2 and iteration 2's profile draws must be identical."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import EMBEDDED_CONFIG, ROOT
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=3", "train.batch_size=4",
+            "train.micro_batch_size=2", "train.checkpoint_every=1", "dialogue.max_turns=3",
+            "dialogue.agent_train.max_tokens=12", "engine.kv_cache_mb=64", "engine.max_model_len=2048",
+            "ray.dashboard=false", "train.lr=1e-3", "seed=5"]
+
+
+def _cmd(*args):
+    cmd = [sys.executable, "-m", "sead_ray.cli", "train", *map(str, args)]
+    for s in SETTINGS:
+        cmd += ["--set", s]
+    return cmd
+
+
+def _profiles(run, it):
+    path = run / "dialogues" / f"iter_{it:04d}.jsonl"
+    return [json.loads(line)["profile"] for line in path.read_text().splitlines()]
+
+
+def _curriculum(run, it):
+    return json.loads((run / "curriculum" / f"iter_{it:04d}.json").read_text())
+
+
+def test_killed_run_resumes_exactly(tmp_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    proc = subprocess.run(_cmd("--config", EMBEDDED_CONFIG, "--out", full), cwd=ROOT, capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "training finished after iteration 3 of 3" in proc.stdout and "tensorboard --logdir" in proc.stdout
+
+    victim = subprocess.Popen(_cmd("--config", EMBEDDED_CONFIG, "--out", killed), cwd=ROOT, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 900
+    # during iteration 2: the checkpoint of iteration 1 is written, iteration 2's curriculum is not
+    while not (killed / "checkpoints" / "latest").exists() and time.time() < deadline:
+        assert victim.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.5)
+    time.sleep(1.0)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert not (killed / "curriculum" / "iter_0002.json").exists()
+
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "train", "--resume", killed], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _curriculum(killed, 1) == _curriculum(full, 1)        # the state entering iteration 2
+    assert _profiles(killed, 2) == _profiles(full, 2)            # iteration 2 draws the same profiles
+    rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    ckpt = (killed / "checkpoints" / "latest").resolve()
+    assert ckpt.name == "iter_0003" and (ckpt / "hf" / "config.json").exists()
