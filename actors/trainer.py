@@ -158,8 +158,10 @@ class _Worker:
         logprobs[:, L - keep:] = part
         entropy = None
         if with_entropy:
-            entropy = torch.zeros_like(logprobs)
-            entropy[:, L - keep:] = -(logp.exp() * logp).sum(-1)
+            # Only in the autograd graph when it is trained on: a full-vocabulary term is costly.
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.cfg["entropy_coef"] > 0):
+                entropy = torch.zeros_like(logprobs)
+                entropy[:, L - keep:] = -(logp.exp() * logp).sum(-1)
         return logprobs, entropy
 
     def _micro_batches(self, samples: Sequence[Sample], pad_to: Optional[int] = None):
