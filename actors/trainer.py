@@ -12,10 +12,8 @@ On CPU: gloo, 2 workers. On GPUs: the same code with NCCL.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -283,7 +281,6 @@ class _Worker:
         """Logprob of each token given its prefix (index 0 gets 0.0), for rollout/trainer agreement."""
         import torch
 
-        from sead_ray.grpo import collate
         samples = [Sample(ids, [1] * len(ids), [0.0] * len(ids), 0.0) for ids in token_ids]
         out = []
         with torch.no_grad():

@@ -80,7 +80,6 @@ async def main(args) -> dict:
     ray.kill(agent)
 
     # Naive: write an HF checkpoint to disk and start a fresh engine on it.
-    from transformers import AutoTokenizer
     naive = []
     for r in range(max(1, args.repeats // 2)):
         with tempfile.TemporaryDirectory() as tmp:

@@ -90,7 +90,7 @@ def create_placement_groups(cfg: Any, counts: Mapping[str, int], timeout_s: Opti
                             name_prefix: str = "sead") -> dict[str, RolePlacement]:
     """Create and wait for one placement group per role; raise PlacementError instead of hanging."""
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.placement_group import placement_group
 
     plan = plan_placement(cfg, counts)
     message = _shortfall(plan, ray.cluster_resources())

