@@ -108,6 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the run in RUN_DIR from its latest checkpoint")
 
+    # report
+    rp = sub.add_parser(
+        "report", help="plots and a summary table of a training run (RUN_DIR/report/)",
+        description="Write RUN_DIR/report/: progress.png (completion rate, reward, GRPO loss and KL, logprob "
+                    "mismatch, grad norm and curriculum bands per iteration), cr_by_state.png (completion rate over "
+                    "the initial-state grid) and summary.md. `sead-ray train` writes it at the end of a run; this "
+                    "rebuilds it at any time, also while the run is going.")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="a `sead-ray train` run directory")
+
     # eval
     ev = sub.add_parser(
         "eval", help="run an agent against the frozen user simulator and print the paper's metrics",
@@ -264,17 +273,48 @@ def cmd_train(args) -> int:
         summary = asyncio.run(train(cfg, scenario, run_dir, resume=bool(args.resume)))
     finally:
         ray.shutdown()
+    report = _write_report_quietly(Path(summary["run_dir"]), scenario.schema, summary.get("checkpoint"))
     state = "stopped early" if summary.get("interrupted") else "finished"
     print(f"\ntraining {state} after iteration {summary['iterations']} of {cfg.train.iterations}")
     print(f"  run directory : {summary['run_dir']}")
     print(f"  metrics       : {summary['metrics']}")
     print(f"  tensorboard   : tensorboard --logdir {summary['tensorboard']}")
+    print(f"  report        : {report or '(no finished iteration yet)'}")
     print(f"  checkpoint    : {summary['checkpoint'] or '(none yet)'}")
     if summary.get("interrupted"):
         print(f"  resume with   : sead-ray train --resume {summary['run_dir']}")
     else:
         print(f"  evaluate with : sead-ray eval --config {summary['run_dir']}/config.yaml --agent {summary['run_dir']}")
     return 130 if summary.get("interrupted") else 0
+
+
+def _write_report_quietly(run_dir: Path, schema, checkpoint: Optional[str]) -> Optional[Path]:
+    """The end-of-run report; a plotting problem must not turn a finished run into a failed command."""
+    from .report import ReportError, write_report
+    try:
+        return write_report(run_dir, schema, checkpoint)[0].parent
+    except ReportError:
+        return None
+    except Exception as exc:  # e.g. matplotlib missing or failing: the run itself is fine
+        logging.getLogger(__name__).warning("could not write the report: %r (retry: sead-ray report %s)", exc, run_dir)
+        return None
+
+
+def cmd_report(args) -> int:
+    from .driver import latest_checkpoint
+    from .report import ReportError, write_report
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise UsageError(f"{run_dir}: not a sead-ray run directory (no config.yaml)")
+    _, scenario = _load(str(run_dir / "config.yaml"), [])
+    checkpoint = latest_checkpoint(run_dir)
+    try:
+        files = write_report(run_dir, scenario.schema, str(checkpoint) if checkpoint else None)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    for f in files:
+        print(f)
+    return 0
 
 
 def cmd_metrics(args) -> int:
@@ -306,6 +346,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "metrics": cmd_metrics,
         "eval": cmd_eval,
         "train": cmd_train,
+        "report": cmd_report,
     }
     try:
         return handlers[args.command](args)

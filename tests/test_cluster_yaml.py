@@ -1,0 +1,37 @@
+"""cluster.yaml passes the checks `ray up` runs before it contacts the cloud, and its nodes hold the
+paper config's placement."""
+import yaml
+
+from sead_ray.config import load_config
+from tests.conftest import ROOT
+
+
+def _cluster():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+    config = prepare_config(yaml.safe_load((ROOT / "cluster.yaml").read_text()))
+    validate_config(config)   # Ray's own schema (ray-schema.json) and consistency checks
+    return config
+
+
+def test_cluster_yaml_is_a_valid_ray_cluster_config():
+    config = _cluster()
+    types = config["available_node_types"]
+    assert config["head_node_type"] in types
+    assert sum(t.get("min_workers", 0) for t in types.values()) <= config["max_workers"]
+
+
+def test_paper_config_fits_the_cluster_nodes():
+    cfg = load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml")
+    types = _cluster()["available_node_types"]
+    rollout = cfg.placement.user_sim.node_resource
+    assert rollout and cfg.user_sim.engines == "auto"
+    trainer_node = types["trainer_8x_a100"]["resources"]
+    need = (cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.placement.agent_policy.gpus
+            + trainer_node[rollout] * cfg.placement.user_sim.gpus)
+    assert need <= trainer_node["GPU"]
+    cpus = (cfg.trainer.num_workers * cfg.placement.trainer.cpus + cfg.placement.agent_policy.cpus
+            + trainer_node[rollout] * cfg.placement.user_sim.cpus)
+    assert cpus <= trainer_node["CPU"]
+    scale_out = types["rollout_8x_a100"]["resources"]
+    assert scale_out[rollout] * cfg.placement.user_sim.gpus <= scale_out["GPU"]
+    assert scale_out[rollout] * cfg.placement.user_sim.cpus <= scale_out["CPU"]

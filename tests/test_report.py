@@ -1,0 +1,61 @@
+"""The run report: pooled CR grid by hand, plots written and readable, clear errors on bad input."""
+import json
+
+import pytest
+
+from sead_ray.cli import main
+from sead_ray.report import ReportError, cr_grid, read_metrics_rows, write_report
+from sead_ray.state import Dimension, StateSchema
+
+
+def _schema():
+    return StateSchema((Dimension("cooperation", ("lo", "hi")), Dimension("emotion", ("lo", "mid", "hi")),
+                        Dimension("trust", ("lo", "hi"))))
+
+
+def _curriculum():
+    # (cooperation, emotion, trust): attempts, successes
+    cells = {(0, 0, 0): (2, 1), (0, 0, 1): (2, 2), (1, 2, 0): (4, 1), (1, 1, 1): (0, 0)}
+    return {"iteration": 3, "states": {"-".join(map(str, s)): {"attempts": a, "successes": k} for s, (a, k) in cells.items()},
+            "band_fractions": {"easy": 0.25, "medium": 0.25, "hard": 0.25, "unseen": 0.25}}
+
+
+def test_cr_grid_pools_over_the_other_dimensions():
+    grid = cr_grid(_curriculum(), _schema(), 0, 1)
+    assert grid == [[0.75, None, None], [None, None, 0.25]]   # (1+2)/(2+2); 1/4; no attempts -> None
+    assert cr_grid(_curriculum(), _schema(), 0, 2) == [[0.5, 1.0], [0.25, None]]
+
+
+def _run_dir(tmp_path, rows):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "curriculum").mkdir()
+    (tmp_path / "curriculum" / "iter_0003.json").write_text(json.dumps(_curriculum()))
+    return tmp_path
+
+
+def test_report_writes_plots_and_table(tmp_path):
+    from PIL import Image
+    rows = [{"iteration": i, "phase": "train", "cr": 0.25 * i, "reward_mean": 0.2 * i, "train_loss": 0.1 / i,
+             "train_kl": 0.0, "train_logprob_mismatch_mean": 1e-6 * i, "train_grad_norm": 2.0, "iteration_s": 60.0,
+             "band_fractions": {"easy": 0.1 * i, "hard": 0.5}} for i in (1, 2, 3)]
+    rows.append({**rows[1], "cr": 0.99})        # a redone iteration (resume): the last row wins
+    rows.append({"iteration": 0, "phase": "eval", "cr": 0.5})
+    run = _run_dir(tmp_path, rows)
+    assert [r["cr"] for r in read_metrics_rows(run / "metrics.jsonl")] == [0.25, 0.99, 0.75]
+    files = write_report(run, _schema(), checkpoint="ck/iter_0003")
+    assert [f.name for f in files] == ["summary.md", "progress.png", "cr_by_state.png"]
+    for png in files[1:]:
+        with Image.open(png) as im:
+            assert im.size[0] > 400 and im.size[1] > 300
+    table = files[0].read_text()
+    assert "| 2 | 0.99 | 0.400 |" in table and "ck/iter_0003" in table
+
+
+def test_report_errors_name_the_problem(tmp_path, capsys):
+    with pytest.raises(ReportError, match="no metrics.jsonl"):
+        write_report(tmp_path, _schema())
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 1, "phase": "train"}\n{oops\n')
+    with pytest.raises(ReportError, match=r"metrics.jsonl:2: not JSON"):
+        write_report(tmp_path, _schema())
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a sead-ray run directory" in capsys.readouterr().err
