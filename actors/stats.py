@@ -18,6 +18,12 @@ from sead_ray.metrics import compute_metrics
 from sead_ray.state import StateSchema
 
 
+# Row keys shown as TensorBoard scalars and Ray Gauges (plus every `train_*` figure of the GRPO step).
+_SCALARS = ("cr", "att", "upa", "ei", "ti", "ci", "agent_parse_failures", "user_parse_failures", "dialogues_per_s",
+            "agent_tokens_per_s", "sampling_entropy", "reward_mean", "policy_version", "sync_s", "rollout_s",
+            "iteration_s", "user_engines")
+
+
 def _render_dialogue(record: dict) -> str:
     lines = [f"**profile** `{json.dumps(record['profile'])}`  \n**end** {record['end_reason']} ({record['outcome']})", ""]
     for i, t in enumerate(record["turns"], 1):
@@ -57,9 +63,8 @@ class StatsActor:
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         self.history.append(row)
-        scalars = {k: row[k] for k in ("cr", "att", "upa", "ei", "ti", "ci", "agent_parse_failures",
-                                       "user_parse_failures", "dialogues_per_s", "agent_tokens_per_s",
-                                       "sampling_entropy") if isinstance(row.get(k), (int, float))}
+        scalars = {k: v for k, v in row.items() if (k in _SCALARS or k.startswith("train_"))
+                   and isinstance(v, (int, float)) and not isinstance(v, bool)}
         for band, share in (row.get("band_fractions") or {}).items():
             scalars[f"band_{band}"] = share
         self.log_scalars(iteration, scalars, prefix=phase)

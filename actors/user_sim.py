@@ -111,12 +111,26 @@ class UserSimPool:
     on another engine: the dialogue's state lives in the driver, so nothing is lost; the loss is
     counted and reported."""
 
-    def __init__(self, actors: dict[str, Any]):
-        self.actors = dict(actors)
-        self.in_flight = {name: 0 for name in actors}
+    def __init__(self, actors: dict[str, Any], info: Optional[dict[str, dict]] = None):
+        self.actors: dict[str, Any] = {}
+        self.info: dict[str, dict] = {}       # name -> start-up info (node id, placement index, ...)
+        self.in_flight: dict[str, int] = {}
         self.affinity: dict[str, str] = {}
         self.dead: dict[str, str] = {}
         self.retried_turns = 0
+        for name, actor in actors.items():
+            self.add(name, actor, (info or {}).get(name, {}))
+
+    def add(self, name: str, actor: Any, info: dict) -> None:
+        self.actors[name], self.info[name], self.in_flight[name] = actor, dict(info), 0
+
+    def remove(self, name: str) -> Any:
+        """Take an engine out of the pool (between iterations); returns its actor handle."""
+        self.affinity = {d: n for d, n in self.affinity.items() if n != name}
+        self.in_flight.pop(name, None)
+        self.info.pop(name, None)
+        self.dead.pop(name, None)
+        return self.actors.pop(name)
 
     @property
     def alive(self) -> list[str]:

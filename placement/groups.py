@@ -4,10 +4,14 @@ Following verl's role -> resource-pool mapping: each role (`controller`, `stats`
 `user_sim`, `trainer`) gets a placement group whose bundles describe what one of its actors needs
 (CPUs, GPUs, and optionally a custom node resource such as `rollout` that pins user simulators to
 rollout nodes). A group that cannot be placed fails fast with a message saying which role needs what.
+
+An *elastic* role (the user simulators with `user_sim.engines: auto`) gets one single-bundle group per
+actor instead, so that the pool can grow onto nodes that join and drop the groups of nodes that left
+without Ray rescheduling a shared group underneath the live actors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 ROLES = ("controller", "stats", "agent_policy", "user_sim", "trainer")
@@ -22,10 +26,17 @@ class RolePlacement:
     role: str
     bundles: list[dict[str, float]]
     strategy: str
-    group: Any = None        # ray PlacementGroup once created
+    elastic: bool = False
+    # ray PlacementGroups once created: one for the role, or one per actor (None once removed) if elastic
+    groups: list = field(default_factory=list)
 
     def describe(self) -> str:
-        return f"{len(self.bundles)} x {self.bundles[0] if self.bundles else {}} ({self.strategy})"
+        kind = "one group per actor" if self.elastic else self.strategy
+        return f"{len(self.bundles)} x {self.bundles[0] if self.bundles else {}} ({kind})"
+
+    def locate(self, index: int) -> tuple[Any, int]:
+        """(placement group, bundle index) of actor `index`."""
+        return (self.groups[index], 0) if self.elastic else (self.groups[0], index)
 
 
 def bundle_for(resources: Any) -> dict[str, float]:
@@ -52,6 +63,10 @@ def user_engine_count(cfg: Any, cluster_resources: Mapping[str, float]) -> int:
     return max(1, int(cluster_resources.get(resource, 0))) if resource else 1
 
 
+def elastic_roles(cfg: Any) -> tuple[str, ...]:
+    return ("user_sim",) if cfg.user_sim.engines == "auto" else ()
+
+
 def plan_placement(cfg: Any, counts: Mapping[str, int]) -> dict[str, RolePlacement]:
     """Bundles per role for `counts` actors of each role (pure; no Ray)."""
     plan = {}
@@ -62,7 +77,8 @@ def plan_placement(cfg: Any, counts: Mapping[str, int]) -> dict[str, RolePlaceme
             continue
         resources = getattr(cfg.placement, role)
         strategy = cfg.placement.strategy
-        plan[role] = RolePlacement(role, [bundle_for(resources) for _ in range(n)], strategy)
+        plan[role] = RolePlacement(role, [bundle_for(resources) for _ in range(n)], strategy,
+                                   elastic=role in elastic_roles(cfg))
     return plan
 
 
@@ -86,9 +102,17 @@ def _shortfall(plan: Mapping[str, RolePlacement], total: Mapping[str, float]) ->
     return "\n".join(lines)
 
 
+def _wait_ready(groups: Mapping[Any, str], timeout_s: float) -> list[str]:
+    """Wait for the groups (group -> description); returns the descriptions of those not ready in time."""
+    import ray
+    pending = {g.ready(): what for g, what in groups.items()}
+    _, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=timeout_s)
+    return [pending[ref] for ref in not_ready]
+
+
 def create_placement_groups(cfg: Any, counts: Mapping[str, int], timeout_s: Optional[float] = None,
                             name_prefix: str = "sead") -> dict[str, RolePlacement]:
-    """Create and wait for one placement group per role; raise PlacementError instead of hanging."""
+    """Create and wait for the placement groups of every role; raise PlacementError instead of hanging."""
     import ray
     from ray.util.placement_group import placement_group
 
@@ -97,36 +121,71 @@ def create_placement_groups(cfg: Any, counts: Mapping[str, int], timeout_s: Opti
     if message:
         raise PlacementError(message)
     timeout_s = cfg.placement.timeout_s if timeout_s is None else timeout_s
+    created = {}
     for rp in plan.values():
-        rp.group = placement_group(rp.bundles, strategy=rp.strategy, name=f"{name_prefix}-{rp.role}")
-    pending = {rp.group.ready(): rp for rp in plan.values()}
-    ready, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=timeout_s)
-    if not_ready:
-        stuck = [pending[ref] for ref in not_ready]
+        if rp.elastic:
+            rp.groups = [placement_group([b], name=f"{name_prefix}-{rp.role}-{i}") for i, b in enumerate(rp.bundles)]
+        else:
+            rp.groups = [placement_group(rp.bundles, strategy=rp.strategy, name=f"{name_prefix}-{rp.role}")]
+        created.update({g: f"role {rp.role} needs {rp.describe()}" for g in rp.groups})
+    stuck = _wait_ready(created, timeout_s)
+    if stuck:
         remove_placement_groups(plan)
-        raise PlacementError(
-            "placement timed out after {:g} s; unplaced: {}. Free resources: {}".format(
-                timeout_s, "; ".join(f"role {rp.role} needs {rp.describe()}" for rp in stuck),
-                {k: round(v, 3) for k, v in ray.available_resources().items() if not k.startswith("node:")}))
+        raise PlacementError("placement timed out after {:g} s; unplaced: {}. Free resources: {}".format(
+            timeout_s, "; ".join(sorted(set(stuck))), _free_resources()))
     return plan
+
+
+def _free_resources() -> dict:
+    import ray
+    return {k: round(v, 3) for k, v in ray.available_resources().items() if not k.startswith("node:")}
+
+
+def add_actor_group(rp: RolePlacement, bundle: dict[str, float], timeout_s: float,
+                    name_prefix: str = "sead") -> Optional[int]:
+    """Grow an elastic role by one actor's group; its index, or None if the cluster cannot place it
+    within `timeout_s` (the group is then removed again)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    if not rp.elastic:
+        raise ValueError(f"role {rp.role} is not elastic")
+    index = len(rp.groups)
+    group = placement_group([bundle], name=f"{name_prefix}-{rp.role}-{index}")
+    if _wait_ready({group: rp.role}, timeout_s):
+        remove_placement_group(group)
+        return None
+    rp.bundles.append(bundle)
+    rp.groups.append(group)
+    return index
+
+
+def remove_actor_group(rp: RolePlacement, index: int) -> None:
+    """Release the group of actor `index` of an elastic role (its actor is gone or retired)."""
+    from ray.util.placement_group import remove_placement_group
+    group, rp.groups[index] = rp.groups[index], None
+    if group is not None:
+        try:
+            remove_placement_group(group)
+        except Exception:  # its node is gone and the group with it
+            pass
 
 
 def remove_placement_groups(plan: Mapping[str, RolePlacement]) -> None:
     from ray.util.placement_group import remove_placement_group
     for rp in plan.values():
-        if rp.group is not None:
-            try:
-                remove_placement_group(rp.group)
-            except Exception:  # already gone with its cluster
-                pass
-            rp.group = None
+        for group in rp.groups:
+            if group is not None:
+                try:
+                    remove_placement_group(group)
+                except Exception:  # already gone with its cluster
+                    pass
+        rp.groups = []
 
 
 def scheduling(plan: Mapping[str, RolePlacement], role: str, index: int) -> Any:
     """The Ray scheduling strategy placing actor `index` of `role` into its bundle."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-    rp = plan[role]
-    return PlacementGroupSchedulingStrategy(placement_group=rp.group, placement_group_bundle_index=index,
+    group, bundle_index = plan[role].locate(index)
+    return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=bundle_index,
                                             placement_group_capture_child_tasks=True)
 
 

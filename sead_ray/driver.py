@@ -25,8 +25,10 @@ from .tokens import IncrementalChatEncoder
 
 log = logging.getLogger(__name__)
 
-# Quiet engines inside actors: their start-up logs would bury the progress bars.
-ACTOR_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1"}
+# Quiet engines inside actors: their start-up warnings (eager mode, no Triton on CPU, ...) and
+# deprecation notices would bury the progress bars. Errors still reach the console.
+ACTOR_ENV = {"VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1",
+             "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning"}
 
 
 def init_ray(cfg: SeadConfig) -> dict:
@@ -102,6 +104,7 @@ class RolloutRoles:
     tokenizer: Any = None
     plan: dict = field(default_factory=dict)
     startup: dict = field(default_factory=dict)
+    user_path: str = ""            # the user model's folder ("" for the rule back-end)
 
 
 def _engine_bind(cfg: SeadConfig, index: int) -> str:
@@ -121,7 +124,7 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     from actors.agent_policy import AgentPolicyActor
     from actors.profile_controller import ProfileControllerActor
     from actors.stats import StatsActor
-    from actors.user_sim import UserSimActor, UserSimPool
+    from actors.user_sim import UserSimPool
     from actors.vllm_engine import engine_spec_from_config
     from placement import actor_options, create_placement_groups, user_engine_count
 
@@ -136,28 +139,92 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
 
     agent = AgentPolicyActor.options(name=None, **actor_options(plan, "agent_policy", 0)).remote(
         engine_spec_from_config(cfg, agent_path, cfg.seed, _engine_bind(cfg, 0)))
-    user_sampling = _sampling_dict(cfg.dialogue.user)
-    users = {}
-    for i in range(n_user):
-        name = f"user-sim-{i}"
-        spec = engine_spec_from_config(cfg, user_path, cfg.seed + 1 + i, _engine_bind(cfg, i + 1)) if user_path else None
-        users[name] = UserSimActor.options(max_concurrency=1000, **actor_options(plan, "user_sim", i)).remote(
-            name, scenario, cfg.user_sim.backend, user_sampling, spec=spec,
-            rule={"accept_phrase": cfg.user_sim.rule.accept_phrase, "patience": cfg.user_sim.rule.patience},
-            reply_max_chars=cfg.dialogue.user_reply_max_chars)
+    roles = RolloutRoles(cfg, scenario, agent, UserSimPool({}), plan=plan, user_path=user_path)
+    users = [_launch_user_sim(roles, i) for i in range(n_user)]
     t0 = time.perf_counter()
     log.info("starting %d engine(s): agent %s; user simulator %s x %d", 1 + (n_user if user_path else 0),
              agent_model, cfg.models.user if user_path else "rule", n_user)
-    started = await asyncio.gather(agent.start.remote(), *(u.start.remote() for u in users.values()))
+    started = await asyncio.gather(agent.start.remote(), *(u.start.remote() for _, u in users))
     log.info("engines ready in %.0f s", time.perf_counter() - t0)
-    roles = RolloutRoles(cfg, scenario, agent, UserSimPool(users), plan=plan,
-                         startup={"agent": started[0], "user_sims": started[1:]})
+    for index, ((name, actor), info) in enumerate(zip(users, started[1:])):
+        roles.pool.add(name, actor, {**info, "placement_index": index})
+    roles.startup = {"agent": started[0], "user_sims": started[1:]}
     roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
     if with_stats:
         roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(str(run_dir), scenario.schema)
     if with_controller:
         roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
     return roles
+
+
+def _launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
+    """Create (not yet start) the user simulator actor in bundle `index` of the user_sim role."""
+    from actors.user_sim import UserSimActor
+    from actors.vllm_engine import engine_spec_from_config
+    from placement import actor_options
+    cfg = roles.cfg
+    name = f"user-sim-{index}"
+    spec = (engine_spec_from_config(cfg, roles.user_path, cfg.seed + 1 + index, _engine_bind(cfg, index + 1))
+            if roles.user_path else None)
+    actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user_sim", index)).remote(
+        name, roles.scenario, cfg.user_sim.backend, _sampling_dict(cfg.dialogue.user), spec=spec,
+        rule={"accept_phrase": cfg.user_sim.rule.accept_phrase, "patience": cfg.user_sim.rule.patience},
+        reply_max_chars=cfg.dialogue.user_reply_max_chars)
+    return name, actor
+
+
+async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Optional[dict]:
+    """`user_sim.engines: auto`, between iterations: drop engines whose node left the cluster (or that
+    died), then start one engine per unit of the rollout resource the pool does not use yet (nodes that
+    joined). Returns {"before", "after", "removed", "added"} when the pool changed, else None."""
+    import ray
+
+    from placement import add_actor_group, bundle_for, remove_actor_group, user_engine_count
+    cfg, pool = roles.cfg, roles.pool
+    if cfg.user_sim.engines != "auto" or "user_sim" not in roles.plan:
+        return None
+    rp = roles.plan["user_sim"]
+    before = len(pool.actors)
+    alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    removed = [name for name in list(pool.actors) if name in pool.dead or pool.info[name].get("node") not in alive_nodes]
+    for name in removed:
+        index = pool.info[name]["placement_index"]
+        ray.kill(pool.remove(name), no_restart=True)
+        remove_actor_group(rp, index)
+    target = user_engine_count(cfg, ray.cluster_resources())
+    while len(pool.actors) > target:   # the rollout resource shrank on a live node: retire the newest
+        name = max(pool.actors, key=lambda n: pool.info[n]["placement_index"])
+        index = pool.info[name]["placement_index"]
+        actor = pool.remove(name)
+        await asyncio.gather(actor.shutdown.remote(), return_exceptions=True)
+        ray.kill(actor, no_restart=True)
+        remove_actor_group(rp, index)
+        removed.append(name)
+    added = []
+    while len(pool.actors) < target:
+        index = add_actor_group(rp, bundle_for(cfg.placement.user_sim), timeout_s)
+        if index is None:
+            log.warning("user simulator pool: the cluster offers %d rollout unit(s) but another engine could not be "
+                        "placed within %.0f s (free: %s); keeping %d engine(s)", target, timeout_s,
+                        {k: v for k, v in ray.available_resources().items() if not k.startswith("node:")},
+                        len(pool.actors))
+            break
+        name, actor = _launch_user_sim(roles, index)
+        try:
+            info = await actor.start.remote()
+        except Exception as exc:
+            log.warning("user simulator %s failed to start (%s); keeping %d engine(s)", name, exc, len(pool.actors))
+            ray.kill(actor, no_restart=True)
+            remove_actor_group(rp, index)
+            break
+        pool.add(name, actor, {**info, "placement_index": index})
+        added.append(name)
+    if not removed and not added:
+        return None
+    change = {"before": before, "after": len(pool.actors), "removed": removed, "added": added}
+    log.info("user simulator pool: %d -> %d engine(s) (removed %s, added %s)", before, change["after"],
+             removed or "none", added or "none")
+    return change
 
 
 async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
@@ -433,6 +500,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
             if stop["requested"]:
                 raise StopRequested
             t_it = time.perf_counter()
+            await rescale_user_pool(roles)   # `user_sim.engines: auto`: follow rollout nodes joining/leaving
             # Phase 1: profile sampling
             profiles = await controller.sample.remote(cfg.train.batch_size)
             # Phase 2: dialogues
@@ -456,6 +524,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
             extra = {"dialogues_per_s": rollout.dialogues_per_s, "agent_tokens_per_s": rollout.agent_tokens_per_s,
                      "rollout_s": rollout.wall_s, "reward_mean": sum(rewards) / max(1, len(rewards)),
                      "policy_version": version, "sync_s": sync.get("total_s"), "sync_mb": sync.get("mb"),
+                     "user_engines": len(roles.pool.alive),
                      "iteration_s": time.perf_counter() - t_it, **{f"train_{k}": v for k, v in train_metrics.items()}}
             row = await roles.stats.record_iteration.remote(it, "train", records, extra, snapshot)
             last_done, controller_after_last = it, await controller.state_dict.remote()

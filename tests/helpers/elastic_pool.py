@@ -1,0 +1,82 @@
+"""Scale-out check on a real multi-node Ray cluster (several raylets on this machine, through
+`ray.cluster_utils.Cluster`): with `user_sim.engines: auto` the user-simulator pool grows onto a
+rollout node that joins and drops the engines of a node that leaves, between iterations.
+
+Runs in its own process (it owns its Ray cluster); prints one JSON line that tests/test_elastic_pool.py
+checks. The simulators use the `rule` back-end: the check is about placement, not about engines.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import numpy as np
+
+
+def _turns(roles, scenario, n: int, tag: str) -> list[str]:
+    """Play one user turn of `n` fresh dialogues through the pool; the engines that served them."""
+    from sead_ray.dialogue import UserRequest
+    from sead_ray.profiles import sample_profiles
+    profiles = sample_profiles(scenario, n, np.random.default_rng(0), n_max=200)
+
+    async def one(i, p):
+        out = await roles.pool.respond(UserRequest(f"{tag}-{i}", 0, p, p.state, ["Hello, is this a good time?"], [], i))
+        roles.pool.release(f"{tag}-{i}")
+        return out.engine
+    async def all_turns():
+        return await asyncio.gather(*(one(i, p) for i, p in enumerate(profiles)))
+    return sorted(set(asyncio.run(all_turns())))
+
+
+def main() -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from placement import create_placement_groups, user_engine_count
+    from sead_ray.driver import RolloutRoles, _launch_user_sim, rescale_user_pool
+    from sead_ray.scenario import load_scenario
+    from actors.user_sim import UserSimPool
+    from tests.conftest import SCENARIO, tiny_config
+
+    cfg = tiny_config("user_sim.backend=rule", "user_sim.engines=auto", "placement.user_sim.node_resource=rollout",
+                      "placement.user_sim.cpus=0.1")
+    scenario = load_scenario(SCENARIO)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1, resources={"rollout": 1})
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.wait_for_nodes()
+    report: dict = {}
+    try:
+        n = user_engine_count(cfg, ray.cluster_resources())
+        plan = create_placement_groups(cfg, {"user_sim": n})
+        roles = RolloutRoles(cfg, scenario, agent=None, pool=UserSimPool({}), plan=plan)
+        for i in range(n):
+            name, actor = _launch_user_sim(roles, i)
+            roles.pool.add(name, actor, {**ray.get(actor.start.remote()), "placement_index": i})
+        report["start"] = {"engines": sorted(roles.pool.actors), "served": _turns(roles, scenario, 4, "a")}
+
+        joined = cluster.add_node(num_cpus=1, resources={"rollout": 2})
+        cluster.wait_for_nodes()
+        report["grow"] = asyncio.run(rescale_user_pool(roles, timeout_s=30))
+        report["grow_served"] = _turns(roles, scenario, 12, "b")
+        report["grow_nodes"] = len({roles.pool.info[n]["node"] for n in roles.pool.actors})
+        report["unchanged"] = asyncio.run(rescale_user_pool(roles, timeout_s=30))
+
+        cluster.remove_node(joined)
+        for _ in range(60):   # the head notices a removed node within seconds
+            if ray.cluster_resources().get("rollout", 0) <= 1:
+                break
+            import time
+            time.sleep(1)
+        report["shrink"] = asyncio.run(rescale_user_pool(roles, timeout_s=30))
+        report["shrink_served"] = _turns(roles, scenario, 4, "c")
+        report["groups_left"] = sum(g is not None for g in plan["user_sim"].groups)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    print("ELASTIC_POOL_REPORT " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""StatsActor on a real Ray cluster: metrics.jsonl, TensorBoard events, and Ray custom metrics that
+the dashboard's metrics view (Prometheus) scrapes from the node's metrics agent."""
+import json
+import time
+import urllib.request
+
+import pytest
+
+from tests.test_metrics import HAND
+
+pytestmark = pytest.mark.slow
+
+
+def test_stats_actor_writes_files_tensorboard_and_ray_gauges(ray_cluster, schema, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from actors.stats import StatsActor
+    ray = ray_cluster
+    stats = StatsActor.remote(str(tmp_path), schema)
+    row = ray.get(stats.record_iteration.remote(1, "train", HAND, {"train_loss": 0.5, "reward_mean": 0.25},
+                                                 {"band_fractions": {"easy": 0.5, "hard": 0.5}, "sampling_entropy": 1.5}))
+    assert row["cr"] == pytest.approx(2 / 3) and row["train_loss"] == 0.5
+    ray.get(stats.close.remote())
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["band_fractions"] == {"easy": 0.5, "hard": 0.5}
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/cr", "train/train_loss", "train/reward_mean", "train/band_easy", "train/sampling_entropy"} <= tags
+    assert events.Scalars("train/cr")[0].value == pytest.approx(2 / 3)
+
+    # the same figures as Ray Gauges on the node's Prometheus endpoint (exported every few seconds)
+    port = ray.nodes()[0]["MetricsExportPort"]
+    deadline, text = time.time() + 60, ""
+    while time.time() < deadline:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        if "sead_cr" in text and "sead_train_loss" in text:
+            break
+        time.sleep(2)
+    cr_lines = [line for line in text.splitlines() if line.startswith("ray_sead_cr{")]
+    assert cr_lines, "sead_cr not exported to the Ray metrics endpoint"
+    assert f'run="{tmp_path.name}"' in cr_lines[0] and float(cr_lines[0].rsplit(" ", 1)[1]) == pytest.approx(2 / 3)
