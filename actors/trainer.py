@@ -112,10 +112,14 @@ class _Worker:
         self._hf_ds = HfDeepSpeedConfig(ds_config) if cfg["zero_stage"] == 3 else None
         model = AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=dtype)
         model.config.use_cache = False
+        if cfg["gradient_checkpointing"]:
+            # A 6-turn call is ~2k tokens: stored activations of every layer dominated the workers' memory.
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tokenizer = AutoTokenizer.from_pretrained(cfg["model_path"])
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.999), weight_decay=0.0)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config,
                                                                   dist_init_required=False)
+        self.engine.train()   # from_pretrained leaves eval mode, in which HF skips gradient checkpointing
         self.ref = None
         if cfg["kl_coef"] > 0:
             ref_config = {k: v for k, v in ds_config.items() if k not in ("gradient_clipping",)}
@@ -150,8 +154,10 @@ class _Worker:
         first = int(trained[0]) if len(trained) else L - 2
         keep = L - first
         out = engine(input_ids=ids, attention_mask=batch.attention_mask.to(self.device), logits_to_keep=keep)
-        logp = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)          # predicts targets first..L-2
-        part = logp.gather(-1, ids[:, L - keep + 1:].unsqueeze(-1)).squeeze(-1)
+        logits = out.logits[:, :-1].float()                                   # predicts targets first..L-2
+        # logit(target) - logsumexp: unlike log_softmax, no second full-vocabulary tensor is kept for backward.
+        lse = torch.logsumexp(logits, dim=-1)
+        part = logits.gather(-1, ids[:, L - keep + 1:].unsqueeze(-1)).squeeze(-1) - lse
         logprobs = torch.zeros((B, L - 1), dtype=part.dtype, device=part.device)
         logprobs[:, L - keep:] = part
         entropy = None
@@ -159,7 +165,7 @@ class _Worker:
             # Only in the autograd graph when it is trained on: a full-vocabulary term is costly.
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.cfg["entropy_coef"] > 0):
                 entropy = torch.zeros_like(logprobs)
-                entropy[:, L - keep:] = -(logp.exp() * logp).sum(-1)
+                entropy[:, L - keep:] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
         return logprobs, entropy
 
     def _micro_batches(self, samples: Sequence[Sample], pad_to: Optional[int] = None):
@@ -228,8 +234,17 @@ class _Worker:
                 "clip_sum": stats["clip_fraction"],
                 "grad_norm": None if grad_norm is None else float(grad_norm),
                 "mismatch_sum": mismatch_sum, "mismatch_max": mismatch_max, "mismatch_tokens": mismatch_n,
-                "seconds": time.perf_counter() - t0,
+                "seconds": time.perf_counter() - t0, "peak_mem_mb": self._peak_memory_mb(),
                 "seq_tokens": int(sum(int(b.attention_mask.sum()) for b in batches))}
+
+    def _peak_memory_mb(self) -> float:
+        """Peak accelerator memory on GPUs; on CPU the process's peak resident set since it started."""
+        import resource
+
+        import torch
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
 
     def gathered_params(self):
         """Yield (name, full tensor on CPU) on rank 0; every rank must iterate (collective)."""
@@ -342,7 +357,7 @@ class TrainerGroup:
     def __init__(self, cfg: Any, model_path: str, run_dir: Path, agent: Any = None):
         self.cfg = cfg
         self.model_path = model_path
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).resolve()
         self.agent = agent
         self.world = cfg.trainer.num_workers
         n = cfg.train.batch_size * cfg.train.rollouts_per_profile
@@ -373,7 +388,7 @@ class TrainerGroup:
             "micro_batch_size": cfg.train.micro_batch_size, "grad_accum_steps": self.grad_accum_steps,
             "grad_clip": cfg.train.grad_clip, "clip_eps": cfg.train.clip_eps, "kl_coef": cfg.train.kl_coef,
             "entropy_coef": cfg.train.entropy_coef, "ppo_epochs": cfg.train.ppo_epochs,
-            "max_seq_len": cfg.train.max_seq_len,
+            "max_seq_len": cfg.train.max_seq_len, "gradient_checkpointing": cfg.train.gradient_checkpointing,
         }
         trainer = TorchTrainer(
             train_loop_per_worker, train_loop_config=loop_config,
@@ -440,9 +455,10 @@ class TrainerGroup:
         return {"loss": sum(r["loss_sum"] for r in results) / max(1, len(results)), "pg_loss": per_token("pg_loss_sum"),
                 "kl": per_token("kl_sum"), "entropy": per_token("entropy_sum"), "clip_fraction": per_token("clip_sum"),
                 "grad_norm": results[0]["grad_norm"], "agent_tokens": tokens, "step_s": wall,
-                "train_tokens_per_s": sum(r["seq_tokens"] for r in results) / wall if wall > 0 else 0.0,
+                "tokens_per_s": sum(r["seq_tokens"] for r in results) / wall if wall > 0 else 0.0,
                 "logprob_mismatch_mean": sum(r["mismatch_sum"] for r in results) / max(1, mismatch_tokens),
-                "logprob_mismatch_max": max(r["mismatch_max"] for r in results)}
+                "logprob_mismatch_max": max(r["mismatch_max"] for r in results),
+                "peak_mem_mb": max(r["peak_mem_mb"] for r in results)}
 
     def sync_weights(self, version: int) -> dict:
         results = self._command({"op": "sync", "version": version, "transport": self.cfg.weight_sync.transport,

@@ -78,6 +78,7 @@ class TrainConfig:
     ppo_epochs: int = _f(1, 1, 100)
     micro_batch_size: int = _f(4, 1, 4096)
     max_seq_len: int = _f(4096, 64, 1 << 20)
+    gradient_checkpointing: bool = _f(True, doc="recompute layer activations in backward (long calls fit in memory)")
     checkpoint_every: int = _f(0, 0, 100000, "0 = only at the end")
 
 

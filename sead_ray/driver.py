@@ -370,6 +370,7 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
                    out_dir: Path, profile_source: str) -> dict:
     """Run the agent against the frozen simulator on a fixed profile set; write dialogues + summary."""
     from .metrics import format_table
+    out_dir = Path(out_dir).resolve()   # actors may run in other working directories
     out_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out_dir / "config.yaml")
     roles = await start_rollout_roles(cfg, scenario, agent_model, out_dir)
@@ -449,6 +450,9 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
 
     from .models import resolve_model
 
+    # Absolute: Ray Train runs its workers in a directory of its own, where a relative path would
+    # silently put the checkpoints.
+    run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     start_iteration, version, state = 1, 0, None
     agent_model = str(resolve_model(cfg.models.agent))
@@ -515,9 +519,15 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
                                          cfg.train.format_penalty) for t in trajs]
             advantages = compute_advantages(rewards, [t.group for t in trajs], cfg.train.advantage_mode)
             samples = _samples_from(trajs, advantages, cfg.train.max_seq_len)
+            log.info("iter %d GRPO: %d trajectories, %d tokens (%d trained), on %d ZeRO-%d worker(s)", it, len(samples),
+                     sum(len(x.token_ids) for x in samples), sum(sum(x.loss_mask) for x in samples),
+                     cfg.trainer.num_workers, cfg.trainer.zero_stage)
             train_metrics = trainer.step(samples)
             version += 1
             sync = trainer.sync_weights(version)
+            log.info("iter %d GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> agent engine in %.1f s (%s)",
+                     it, train_metrics["step_s"], train_metrics["loss"], train_metrics["grad_norm"], version,
+                     sync.get("total_s") or 0.0, cfg.weight_sync.transport)
             # Phase 4: Mistake Analysis
             snapshot = await controller.update.remote([(t.profile.state, t.success) for t in trajs])
             _write_json(run_dir / "curriculum" / f"iter_{it:04d}.json", {"iteration": it, **snapshot})
@@ -541,8 +551,11 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
             await _save(trainer, run_dir, TrainState(last_done, controller_after_last, version))
     finally:
         signal.signal(signal.SIGINT, previous_handler)
+        t_stop = time.perf_counter()
         trainer.stop()
+        t_engines = time.perf_counter()
         await shutdown_rollout_roles(roles)
+        log.info("shut down: trainer %.0f s, engines %.0f s", t_engines - t_stop, time.perf_counter() - t_engines)
     summary.update(checkpoint=str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None,
                    tensorboard=str(run_dir / "tensorboard"), metrics=str(run_dir / "metrics.jsonl"))
     return summary

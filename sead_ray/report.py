@@ -79,6 +79,7 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str])
 
 def _plot_progress(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     its = [r["iteration"] for r in rows]
 
     def series(key):
@@ -112,6 +113,7 @@ def _plot_progress(rows: list[dict], path: Path) -> None:
     ax.set_title("curriculum bands (share of initial states)")
     for ax in axes.flat:
         ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -127,6 +129,8 @@ def _plot_cr_by_state(curriculum: dict, schema: StateSchema, path: Path) -> None
         image = ax.imshow(grid, origin="lower", vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
         ax.set_ylabel(schema.dimensions[r].name)
         ax.set_xlabel(schema.dimensions[c].name)
+        ax.set_yticks(range(grid.shape[0]))
+        ax.set_xticks(range(grid.shape[1]))
         for (i, j), v in np.ndenumerate(grid):
             if v == v:
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)

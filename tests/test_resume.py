@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import EMBEDDED_CONFIG, ROOT
+from tests.conftest import EMBEDDED_CONFIG
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +37,14 @@ def _curriculum(run, it):
 
 
 def test_killed_run_resumes_exactly(tmp_path):
+    # Run directories given relative to the working directory (Ray Train workers run elsewhere).
     full, killed = tmp_path / "full", tmp_path / "killed"
-    proc = subprocess.run(_cmd("--config", EMBEDDED_CONFIG, "--out", full), cwd=ROOT, capture_output=True, text=True,
-                          timeout=1200)
+    proc = subprocess.run(_cmd("--config", EMBEDDED_CONFIG, "--out", "full"), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "training finished after iteration 3 of 3" in proc.stdout and "tensorboard --logdir" in proc.stdout
 
-    victim = subprocess.Popen(_cmd("--config", EMBEDDED_CONFIG, "--out", killed), cwd=ROOT, start_new_session=True,
+    victim = subprocess.Popen(_cmd("--config", EMBEDDED_CONFIG, "--out", "killed"), cwd=tmp_path, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 900
     # during iteration 2: the checkpoint of iteration 1 is written, iteration 2's curriculum is not
@@ -55,7 +56,7 @@ def test_killed_run_resumes_exactly(tmp_path):
     victim.wait()
     assert not (killed / "curriculum" / "iter_0002.json").exists()
 
-    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "train", "--resume", killed], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "train", "--resume", "killed"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _curriculum(killed, 1) == _curriculum(full, 1)        # the state entering iteration 2
@@ -64,3 +65,4 @@ def test_killed_run_resumes_exactly(tmp_path):
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     ckpt = (killed / "checkpoints" / "latest").resolve()
     assert ckpt.name == "iter_0003" and (ckpt / "hf" / "config.json").exists()
+    assert (ckpt / "deepspeed").is_dir() and (full / "checkpoints" / "iter_0001" / "hf" / "config.json").exists()
