@@ -189,17 +189,12 @@ def cmd_profiles_sample(args) -> int:
 def read_profiles(path: str, scenario) -> list:
     """Profiles from a JSONL file; errors name the line."""
     from .profiles import Profile, check_profile
+    from .jsonl import read_jsonl
     profiles = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read profiles ({exc.strerror})") from None
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for lineno, value in read_jsonl(path, UsageError, "profiles"):
         try:
-            profile = Profile.from_json(json.loads(line), scenario.schema)
-        except (json.JSONDecodeError, ValueError) as exc:
+            profile = Profile.from_json(value, scenario.schema)
+        except ValueError as exc:
             raise UsageError(f"{path}:{lineno}: bad profile: {exc}") from None
         for problem in check_profile(scenario, profile):
             log.warning("%s:%d: %s", path, lineno, problem)

@@ -13,12 +13,12 @@
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
+from .jsonl import read_jsonl
 from .state import StateSchema
 
 DEFAULT_DIMENSIONS = (("cooperation", 4), ("emotion", 3), ("trust", 5))
@@ -77,17 +77,7 @@ def read_dialogues(path: str | Path, schema: Optional[StateSchema] = None) -> li
     """Read a dialogues JSONL file; raises DialogueFileError naming the line of the first bad record."""
     dims = dimensions_of(schema)
     records = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise DialogueFileError(f"{path}: cannot read ({exc.strerror})") from None
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DialogueFileError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    for lineno, record in read_jsonl(path, DialogueFileError, "dialogues"):
         problem = _validate(record, dims)
         if problem:
             raise DialogueFileError(f"{path}:{lineno}: {problem}")

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from .jsonl import read_jsonl
 from .state import StateSchema, parse_state_key
 
 
@@ -26,14 +27,8 @@ class ReportError(ValueError):
 def read_metrics_rows(path: Path, phase: str = "train") -> list[dict]:
     """The rows of `metrics.jsonl` for one phase, in iteration order (the last row of an iteration wins)."""
     rows: dict[int, dict] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReportError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-        if row.get("phase") == phase and isinstance(row.get("iteration"), int):
+    for _, row in read_jsonl(path, ReportError, "metrics"):
+        if isinstance(row, dict) and row.get("phase") == phase and isinstance(row.get("iteration"), int):
             rows[row["iteration"]] = row
     return [rows[k] for k in sorted(rows)]
 

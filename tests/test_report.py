@@ -55,7 +55,7 @@ def test_report_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(ReportError, match="no metrics.jsonl"):
         write_report(tmp_path, _schema())
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 1, "phase": "train"}\n{oops\n')
-    with pytest.raises(ReportError, match=r"metrics.jsonl:2: not JSON"):
+    with pytest.raises(ReportError, match=r"metrics.jsonl:2: not valid JSON"):
         write_report(tmp_path, _schema())
     assert main(["report", str(tmp_path)]) == 2
     assert "not a sead-ray run directory" in capsys.readouterr().err
