@@ -40,7 +40,7 @@ demo: setup
 	fi
 
 test: setup
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=10
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
