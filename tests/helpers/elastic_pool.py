@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -67,7 +68,6 @@ def main() -> None:
         for _ in range(60):   # the head notices a removed node within seconds
             if ray.cluster_resources().get("rollout", 0) <= 1:
                 break
-            import time
             time.sleep(1)
         report["shrink"] = asyncio.run(rescale_user_pool(roles, timeout_s=30))
         report["shrink_served"] = _turns(roles, scenario, 4, "c")
