@@ -518,6 +518,10 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
             rewards = [trajectory_reward(t.success, t.agent_parse_failures, cfg.train.success_reward,
                                          cfg.train.format_penalty) for t in trajs]
             advantages = compute_advantages(rewards, [t.group for t in trajs], cfg.train.advantage_mode)
+            if advantages and all(a == 0 for a in advantages):
+                log.warning("iter %d: all advantages are 0 (no reward differences within the %s baseline, CR %d/%d): "
+                            "the policy-gradient term of this step is 0", it, cfg.train.advantage_mode,
+                            sum(t.success for t in trajs), len(trajs))
             samples = _samples_from(trajs, advantages, cfg.train.max_seq_len)
             log.info("iter %d GRPO: %d trajectories, %d tokens (%d trained), on %d ZeRO-%d worker(s)", it, len(samples),
                      sum(len(x.token_ids) for x in samples), sum(sum(x.loss_mask) for x in samples),
