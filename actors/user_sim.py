@@ -111,7 +111,7 @@ class UserSimPool:
     on another engine: the dialogue's state lives in the driver, so nothing is lost; the loss is
     counted and reported."""
 
-    def __init__(self, actors: dict[str, Any], info: Optional[dict[str, dict]] = None):
+    def __init__(self, actors: dict[str, Any]):
         self.actors: dict[str, Any] = {}
         self.info: dict[str, dict] = {}       # name -> start-up info (node id, placement index, ...)
         self.in_flight: dict[str, int] = {}
@@ -119,7 +119,7 @@ class UserSimPool:
         self.dead: dict[str, str] = {}
         self.retried_turns = 0
         for name, actor in actors.items():
-            self.add(name, actor, (info or {}).get(name, {}))
+            self.add(name, actor, {})
 
     def add(self, name: str, actor: Any, info: dict) -> None:
         self.actors[name], self.info[name], self.in_flight[name] = actor, dict(info), 0

@@ -1,8 +1,8 @@
 """Placement groups from config: bundles per role, strategy, node resources."""
 from .groups import (ROLES, PlacementError, RolePlacement, actor_options, add_actor_group, bundle_for,
-                     create_placement_groups, plan_placement, remove_actor_group, remove_placement_groups,
+                     create_placement_groups, free_resources, plan_placement, remove_actor_group, remove_placement_groups,
                      user_engine_count)
 
 __all__ = ["ROLES", "PlacementError", "RolePlacement", "actor_options", "add_actor_group", "bundle_for",
-           "create_placement_groups", "plan_placement", "remove_actor_group", "remove_placement_groups",
+           "create_placement_groups", "free_resources", "plan_placement", "remove_actor_group", "remove_placement_groups",
            "user_engine_count"]

@@ -132,11 +132,12 @@ def create_placement_groups(cfg: Any, counts: Mapping[str, int], timeout_s: Opti
     if stuck:
         remove_placement_groups(plan)
         raise PlacementError("placement timed out after {:g} s; unplaced: {}. Free resources: {}".format(
-            timeout_s, "; ".join(sorted(set(stuck))), _free_resources()))
+            timeout_s, "; ".join(sorted(set(stuck))), free_resources()))
     return plan
 
 
-def _free_resources() -> dict:
+def free_resources() -> dict:
+    """The cluster's unused resources, without Ray's per-node markers (for messages)."""
     import ray
     return {k: round(v, 3) for k, v in ray.available_resources().items() if not k.startswith("node:")}
 

@@ -179,34 +179,36 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
     joined). Returns {"before", "after", "removed", "added"} when the pool changed, else None."""
     import ray
 
-    from placement import add_actor_group, bundle_for, remove_actor_group, user_engine_count
+    from placement import add_actor_group, bundle_for, free_resources, remove_actor_group, user_engine_count
     cfg, pool = roles.cfg, roles.pool
     if cfg.user_sim.engines != "auto" or "user_sim" not in roles.plan:
         return None
     rp = roles.plan["user_sim"]
     before = len(pool.actors)
+
+    async def retire(name: str, graceful: bool) -> None:
+        index = pool.info[name]["placement_index"]
+        actor = pool.remove(name)
+        if graceful:
+            await asyncio.gather(actor.shutdown.remote(), return_exceptions=True)
+        ray.kill(actor, no_restart=True)
+        remove_actor_group(rp, index)
+
     alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
     removed = [name for name in list(pool.actors) if name in pool.dead or pool.info[name].get("node") not in alive_nodes]
     for name in removed:
-        index = pool.info[name]["placement_index"]
-        ray.kill(pool.remove(name), no_restart=True)
-        remove_actor_group(rp, index)
+        await retire(name, graceful=False)
     target = user_engine_count(cfg, ray.cluster_resources())
     while len(pool.actors) > target:   # the rollout resource shrank on a live node: retire the newest
         name = max(pool.actors, key=lambda n: pool.info[n]["placement_index"])
-        index = pool.info[name]["placement_index"]
-        actor = pool.remove(name)
-        await asyncio.gather(actor.shutdown.remote(), return_exceptions=True)
-        ray.kill(actor, no_restart=True)
-        remove_actor_group(rp, index)
+        await retire(name, graceful=True)
         removed.append(name)
     added = []
     while len(pool.actors) < target:
         index = add_actor_group(rp, bundle_for(cfg.placement.user_sim), timeout_s)
         if index is None:
             log.warning("user simulator pool: the cluster offers %d rollout unit(s) but another engine could not be "
-                        "placed within %.0f s (free: %s); keeping %d engine(s)", target, timeout_s,
-                        {k: v for k, v in ray.available_resources().items() if not k.startswith("node:")},
+                        "placed within %.0f s (free: %s); keeping %d engine(s)", target, timeout_s, free_resources(),
                         len(pool.actors))
             break
         name, actor = _launch_user_sim(roles, index)
