@@ -39,7 +39,10 @@ demo: setup
 		$(VENV)/bin/sead-ray train --config configs/embedded.yaml --out runs/demo; \
 	fi
 
-test: setup
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: setup lint
 	$(VENV)/bin/python -m pytest -q --durations=10
 
 clean:

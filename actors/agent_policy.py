@@ -2,12 +2,14 @@
 logprobs and the policy version that produced them, and takes new weights from the trainer."""
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Optional
 
 import ray
 
+from actors.routing import StickyRouter
 from actors.vllm_engine import EngineSpec, VLLMEngine
 from actors.weight_sync import WeightHandle, discard, materialize
 from sead_ray.dialogue import AgentTurnOutput
@@ -86,3 +88,23 @@ class AgentPolicyActor:
 
     def shutdown(self) -> None:
         self.engine.shutdown()
+
+
+class AgentPool(StickyRouter):
+    """The agent engines, routed per dialogue (sticky, least-loaded). Every engine serves the same
+    policy version. A failed turn is not retried elsewhere: the call ends in `error`."""
+    role = "agent"
+
+    async def generate(self, dialogue_id: str, prompt_ids: list[int], **kwargs) -> AgentTurnOutput:
+        name = self.pick(dialogue_id)
+        self.in_flight[name] += 1
+        try:
+            return await self.actors[name].generate.remote(prompt_ids, **kwargs)
+        finally:
+            self.in_flight[name] -= 1
+
+    async def set_version(self, version: int) -> None:
+        await asyncio.gather(*(actor.set_version.remote(version) for actor in self.actors.values()))
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(self.actors[n].shutdown.remote() for n in self.alive), return_exceptions=True)

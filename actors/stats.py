@@ -14,9 +14,9 @@ from typing import Optional
 
 import ray
 
+from sead_ray.jsonl import append_jsonl
 from sead_ray.metrics import compute_metrics
 from sead_ray.state import StateSchema
-
 
 # Row keys shown as TensorBoard scalars and Ray Gauges (plus every `train_*` figure of the GRPO step).
 _SCALARS = ("cr", "att", "upa", "ei", "ti", "ci", "agent_parse_failures", "user_parse_failures", "dialogues_per_s",
@@ -43,7 +43,6 @@ class StatsActor:
             from torch.utils.tensorboard import SummaryWriter
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
         self.gauges: dict = {}
-        self.history: list[dict] = []
 
     def _gauge(self, name: str, value: float, tags: dict) -> None:
         from ray.util.metrics import Gauge
@@ -60,9 +59,7 @@ class StatsActor:
         if curriculum is not None:
             row["band_fractions"] = curriculum.get("band_fractions")
             row["sampling_entropy"] = curriculum.get("sampling_entropy")
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        self.history.append(row)
+        append_jsonl(self.run_dir / "metrics.jsonl", row)
         scalars = {k: v for k, v in row.items() if (k in _SCALARS or k.startswith("train_"))
                    and isinstance(v, (int, float)) and not isinstance(v, bool)}
         for band, share in (row.get("band_fractions") or {}).items():
@@ -84,9 +81,6 @@ class StatsActor:
             self._gauge(key, value, tags)
         if self.writer is not None:
             self.writer.flush()
-
-    def get_history(self) -> list[dict]:
-        return self.history
 
     def close(self) -> None:
         if self.writer is not None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Optional
 
 TRANSPORTS = ("shm", "object_store", "nccl")
 
@@ -103,9 +104,9 @@ class NcclTransport:
     """
 
     def __init__(self, host: str, port: int, world_size: int = 2, device: Optional[Any] = None):
+        import torch
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
         from vllm.distributed.utils import StatelessProcessGroup
-        import torch
         self.device = device or torch.device("cuda", torch.cuda.current_device())
         group = StatelessProcessGroup.create(host=host, port=port, rank=0, world_size=world_size)
         self.comm = PyNcclCommunicator(group, device=self.device)

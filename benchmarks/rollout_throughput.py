@@ -35,9 +35,11 @@ async def main(args) -> dict:
     import numpy as np
     import ray
 
+    from actors.system import init_ray, shutdown_rollout_roles, start_rollout_roles
+    from benchmarks.turn_sync import turn_sync_endpoints
     from sead_ray.config import load_config
-    from sead_ray.driver import init_ray, run_dialogues, shutdown_rollout_roles, start_rollout_roles
     from sead_ray.profiles import sample_profiles
+    from sead_ray.rollout import run_dialogues
     from sead_ray.scenario import load_scenario
 
     cfg = load_config(args.config, ["ray.dashboard=false", "dialogue.max_turns=6"] + args.overrides)
@@ -47,16 +49,19 @@ async def main(args) -> dict:
     profiles = sample_profiles(scenario, args.n, np.random.default_rng(args.seed), n_max=cfg.curriculum.n_max)
     # Training-time decoding: sampled calls of varied length are where lock-step turns lose time.
     sampling = cfg.dialogue.agent_train
-    await run_dialogues(roles, profiles[:2], iteration=99, phase="warm-up", sampling=sampling)
+    await run_dialogues(roles.endpoints(), cfg, scenario, profiles[:2], iteration=99, phase="warm-up", sampling=sampling)
     figures: dict = {"async": [], "turn_sync": []}
     try:
         for r in range(args.rounds):
             order = ("turn_sync", "async") if r % 2 == 0 else ("async", "turn_sync")
             for schedule in order:
                 await asyncio.gather(roles.agent.reset_prefix_cache.remote(),
-                                     *(a.reset_prefix_cache.remote() for a in roles.pool.actors.values()))
-                res = await run_dialogues(roles, profiles, iteration=r, phase=schedule, sampling=sampling,
-                                          scheduling=schedule)
+                                     *(a.reset_prefix_cache.remote() for a in roles.users.actors.values()))
+                endpoints = roles.endpoints()
+                if schedule == "turn_sync":
+                    endpoints = turn_sync_endpoints(endpoints, len(profiles))
+                res = await run_dialogues(endpoints, cfg, scenario, profiles, iteration=r, phase=schedule,
+                                          sampling=sampling)
                 turns = sum(len(t.turns) for t in res.trajectories)
                 figures[schedule].append({"wall_s": res.wall_s, "dialogues_per_s": res.dialogues_per_s,
                                           "agent_tokens_per_s": res.agent_tokens_per_s, "agent_turns": turns,
@@ -71,7 +76,7 @@ async def main(args) -> dict:
     summary = {
         "n": args.n, "rounds": args.rounds, "agent": cfg.models.agent,
         "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
-        "user_engines": len(roles.pool.actors), "max_turns": cfg.dialogue.max_turns,
+        "user_engines": len(roles.users.actors), "max_turns": cfg.dialogue.max_turns,
         **{f"{s}_{k}": mean(s, k) for s in figures for k in ("dialogues_per_s", "agent_tokens_per_s", "wall_s")},
         "runs": figures,
     }

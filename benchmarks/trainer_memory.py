@@ -36,7 +36,7 @@ def synthetic_batch(n: int, seq_len: int, vocab: int, seed: int = 0) -> list:
     ~50 tokens between user turns; alternating advantages so the gradient is not zero."""
     import random
 
-    from actors.trainer import Sample
+    from sead_ray.trainer_protocol import Sample
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -54,9 +54,9 @@ def synthetic_batch(n: int, seq_len: int, vocab: int, seed: int = 0) -> list:
 def main(args) -> dict:
     import ray
 
+    from actors.system import init_ray
     from actors.trainer import TrainerGroup
     from sead_ray.config import load_config
-    from sead_ray.driver import init_ray
     from sead_ray.models import resolve_model
 
     results: dict = {"seq_len": args.seq_len, "batch": args.batch, "settings": {}}
@@ -80,8 +80,8 @@ def main(args) -> dict:
         results["model"], results["workers"] = cfg.models.agent, cfg.trainer.num_workers
         results["micro_batch_size"] = cfg.train.micro_batch_size
         results["settings"]["on" if checkpointing else "off"] = {
-            "step_s": wall, "peak_mem_mb": m["peak_mem_mb"], "tokens_per_s": m["tokens_per_s"],
-            "loss": m["loss"], "grad_norm": m["grad_norm"]}
+            "step_s": wall, "peak_mem_mb": m.peak_mem_mb, "tokens_per_s": m.tokens_per_s,
+            "loss": m.loss, "grad_norm": m.grad_norm}
 
     off, on = results["settings"]["off"], results["settings"]["on"]
     results["memory_ratio_off_over_on"] = off["peak_mem_mb"] / on["peak_mem_mb"]

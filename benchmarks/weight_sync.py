@@ -81,7 +81,7 @@ async def main(args) -> dict:
 
     # Naive: write an HF checkpoint to disk and start a fresh engine on it.
     naive = []
-    for r in range(max(1, args.repeats // 2)):
+    for _ in range(max(1, args.repeats // 2)):
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             for f in path.iterdir():

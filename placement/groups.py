@@ -5,16 +5,22 @@ Following verl's role -> resource-pool mapping: each role (`controller`, `stats`
 (CPUs, GPUs, and optionally a custom node resource such as `rollout` that pins user simulators to
 rollout nodes). A group that cannot be placed fails fast with a message saying which role needs what.
 
+The trainer is planned and checked like every role, but its group is not created here: Ray Train
+places its workers itself (`worker_resources` gives them the same bundle), so only the check that the
+cluster can hold it all, with the same message, happens before anything starts.
+
 An *elastic* role (the user simulators with `user_sim.engines: auto`) gets one single-bundle group per
 actor instead, so that the pool can grow onto nodes that join and drop the groups of nodes that left
 without Ray rescheduling a shared group underneath the live actors.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 ROLES = ("controller", "stats", "agent_policy", "user_sim", "trainer")
+EXTERNAL_ROLES = ("trainer",)   # placed by another library (Ray Train); checked, not created here
 
 
 class PlacementError(RuntimeError):
@@ -27,11 +33,12 @@ class RolePlacement:
     bundles: list[dict[str, float]]
     strategy: str
     elastic: bool = False
+    external: bool = False
     # ray PlacementGroups once created: one for the role, or one per actor (None once removed) if elastic
     groups: list = field(default_factory=list)
 
     def describe(self) -> str:
-        kind = "one group per actor" if self.elastic else self.strategy
+        kind = "one group per actor" if self.elastic else "placed by Ray Train" if self.external else self.strategy
         return f"{len(self.bundles)} x {self.bundles[0] if self.bundles else {}} ({kind})"
 
     def locate(self, index: int) -> tuple[Any, int]:
@@ -52,6 +59,11 @@ def bundle_for(resources: Any) -> dict[str, float]:
     if not bundle:
         bundle["CPU"] = 0.01  # Ray rejects empty bundles
     return bundle
+
+
+def worker_resources(resources: Any) -> dict[str, float]:
+    """A role's bundle as Ray Train's `resources_per_worker`."""
+    return bundle_for(resources)
 
 
 def user_engine_count(cfg: Any, cluster_resources: Mapping[str, float]) -> int:
@@ -78,12 +90,19 @@ def plan_placement(cfg: Any, counts: Mapping[str, int]) -> dict[str, RolePlaceme
         resources = getattr(cfg.placement, role)
         strategy = cfg.placement.strategy
         plan[role] = RolePlacement(role, [bundle_for(resources) for _ in range(n)], strategy,
-                                   elastic=role in elastic_roles(cfg))
+                                   elastic=role in elastic_roles(cfg), external=role in EXTERNAL_ROLES)
     return plan
 
 
+def check_fits(plan: Mapping[str, RolePlacement], total: Mapping[str, float]) -> None:
+    """Raise PlacementError when the cluster's total resources cannot hold the plan, whatever the
+    packing; the message names each role that asks for a missing resource."""
+    message = _shortfall(plan, total)
+    if message:
+        raise PlacementError(message)
+
+
 def _shortfall(plan: Mapping[str, RolePlacement], total: Mapping[str, float]) -> Optional[str]:
-    """A message when the cluster's total resources cannot hold the plan, whatever the packing."""
     need: dict[str, float] = {}
     for rp in plan.values():
         for b in rp.bundles:
@@ -117,12 +136,12 @@ def create_placement_groups(cfg: Any, counts: Mapping[str, int], timeout_s: Opti
     from ray.util.placement_group import placement_group
 
     plan = plan_placement(cfg, counts)
-    message = _shortfall(plan, ray.cluster_resources())
-    if message:
-        raise PlacementError(message)
+    check_fits(plan, ray.cluster_resources())
     timeout_s = cfg.placement.timeout_s if timeout_s is None else timeout_s
     created = {}
     for rp in plan.values():
+        if rp.external:
+            continue
         if rp.elastic:
             rp.groups = [placement_group([b], name=f"{name_prefix}-{rp.role}-{i}") for i, b in enumerate(rp.bundles)]
         else:

@@ -8,8 +8,9 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from . import __version__
 from .config import ConfigError
@@ -163,33 +164,36 @@ def cmd_models(args) -> int:
     return 0
 
 
-def cmd_profiles_sample(args) -> int:
-    import numpy as np
-    from .profiles import ProfileSamplingError, sample_profiles
-
-    cfg, scenario = _load(args.config, args.overrides)
-    seed = cfg.seed if args.seed is None else args.seed
-    cur = cfg.curriculum
+def _sample_profiles(cfg, scenario, n: int, seed: int) -> list:
+    """N profiles as iteration 1 of a run with this config would draw them (the curriculum's mode,
+    N_max, behaviors per profile and profile sampling all apply)."""
+    from .controller import ProfileController
+    from .profiles import ProfileSamplingError
     try:
-        profiles = sample_profiles(
-            scenario, args.n, np.random.default_rng(seed),
-            n_max=None if cur.mode == "off" else cur.n_max,
-            min_behaviors=cur.min_behaviors, max_behaviors=cur.max_behaviors,
-            free_form=not cur.profile_sampling)
+        return ProfileController(scenario, cfg.curriculum, seed).sample(n)
     except ProfileSamplingError as exc:
         raise UsageError(str(exc)) from None
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(p.to_json(scenario.schema)) + "\n" for p in profiles))
+
+
+def _write_profiles(path: Path, profiles: list, scenario) -> None:
+    from .jsonl import write_jsonl
+    write_jsonl(path, (p.to_json(scenario.schema) for p in profiles))
+
+
+def cmd_profiles_sample(args) -> int:
+    cfg, scenario = _load(args.config, args.overrides)
+    seed = cfg.seed if args.seed is None else args.seed
+    profiles = _sample_profiles(cfg, scenario, args.n, seed)
+    _write_profiles(Path(args.out), profiles, scenario)
     log.info("wrote %d profiles (seed %d, %d distinct initial states) to %s",
-             len(profiles), seed, len({p.state for p in profiles}), out)
+             len(profiles), seed, len({p.state for p in profiles}), args.out)
     return 0
 
 
 def read_profiles(path: str, scenario) -> list:
     """Profiles from a JSONL file; errors name the line."""
-    from .profiles import Profile, check_profile
     from .jsonl import read_jsonl
+    from .profiles import Profile, check_profile
     profiles = []
     for lineno, value in read_jsonl(path, UsageError, "profiles"):
         try:
@@ -208,10 +212,9 @@ def cmd_eval(args) -> int:
     import asyncio
     import time
 
-    import numpy as np
+    import ray
 
-    from .driver import evaluate, init_ray
-    from .profiles import ProfileSamplingError, sample_profiles
+    from .launch import connect, evaluate
 
     cfg, scenario = _load(args.config, args.overrides)
     if args.seed is not None:
@@ -221,18 +224,12 @@ def cmd_eval(args) -> int:
         source = f"file {args.profiles}"
     else:
         n = args.n or cfg.train.batch_size
-        try:
-            profiles = sample_profiles(scenario, n, np.random.default_rng(cfg.seed), n_max=cfg.curriculum.n_max,
-                                       min_behaviors=cfg.curriculum.min_behaviors,
-                                       max_behaviors=cfg.curriculum.max_behaviors)
-        except ProfileSamplingError as exc:
-            raise UsageError(str(exc)) from None
+        profiles = _sample_profiles(cfg, scenario, n, cfg.seed)
         source = f"{n} profiles sampled with seed {cfg.seed}"
     out = Path(args.out or Path(cfg.output_dir) / time.strftime("eval-%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "profiles.jsonl").write_text("".join(json.dumps(p.to_json(scenario.schema)) + "\n" for p in profiles))
-    import ray
-    init_ray(cfg)
+    _write_profiles(out / "profiles.jsonl", profiles, scenario)
+    connect(cfg)
     try:
         asyncio.run(evaluate(cfg, scenario, args.agent, profiles, out, source))
     finally:
@@ -246,7 +243,7 @@ def cmd_train(args) -> int:
 
     import ray
 
-    from .driver import init_ray, train
+    from .launch import connect, train
 
     if args.resume:
         run_dir = Path(args.resume)
@@ -263,7 +260,7 @@ def cmd_train(args) -> int:
         if (run_dir / "checkpoints" / "latest").exists():
             raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
                              f"`sead-ray train --resume {run_dir}` or choose another --out")
-    init_ray(cfg)
+    connect(cfg)
     try:
         summary = asyncio.run(train(cfg, scenario, run_dir, resume=bool(args.resume)))
     finally:
@@ -296,7 +293,7 @@ def _write_report_quietly(run_dir: Path, schema, checkpoint: Optional[str]) -> O
 
 
 def cmd_report(args) -> int:
-    from .driver import latest_checkpoint
+    from .checkpoint import latest_checkpoint
     from .report import ReportError, write_report
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").exists():
@@ -352,10 +349,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("sead-ray: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        from actors.trainer import TrainerError
         from placement import PlacementError
 
         from .models import ModelError
+        from .trainer_protocol import TrainerError
         if isinstance(exc, (ModelError, PlacementError, TrainerError)):
             print(f"sead-ray: error: {exc}", file=sys.stderr)
             return 1

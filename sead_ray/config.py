@@ -46,6 +46,10 @@ class SamplingConfig:
     top_p: float = _f(1.0, 0.0, 1.0)
     max_tokens: int = _f(96, 1, 8192)
 
+    def as_params(self) -> dict:
+        """Keyword arguments of an engine's generate call."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+
 
 @dataclass
 class DialogueConfig:
@@ -80,6 +84,7 @@ class TrainConfig:
     max_seq_len: int = _f(4096, 64, 1 << 20)
     gradient_checkpointing: bool = _f(True, doc="recompute layer activations in backward (long calls fit in memory)")
     checkpoint_every: int = _f(0, 0, 100000, "0 = only at the end")
+    keep_checkpoints: int = _f(0, 0, 100000, "newest checkpoints kept on disk (0 = all)")
 
 
 @dataclass

@@ -5,7 +5,8 @@ RNG state) is JSON-serialisable, so a resumed run draws exactly what the uninter
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import numpy as np
 

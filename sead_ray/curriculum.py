@@ -15,8 +15,9 @@ with a lucky success is not locked out as "too easy".
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Optional
 
 from .state import State, parse_state_key, state_key
 
@@ -45,7 +46,7 @@ class CurriculumState:
                 for name in ("attempts", "successes", "draws")}
 
     @classmethod
-    def from_json(cls, obj: Mapping) -> "CurriculumState":
+    def from_json(cls, obj: Mapping) -> CurriculumState:
         return cls(**{name: {parse_state_key(k): int(v) for k, v in obj.get(name, {}).items()}
                       for name in ("attempts", "successes", "draws")})
 
@@ -134,7 +135,8 @@ def sampling_entropy(weights: Mapping[State, float]) -> float:
     return -sum((w / total) * math.log(w / total) for w in weights.values() if w > 0)
 
 
-def band_fractions(crs: Mapping[State, Optional[float]], easy_above: float = 0.6, hard_below: float = 0.4) -> dict[str, float]:
+def band_fractions(crs: Mapping[State, Optional[float]], easy_above: float = 0.6,
+                   hard_below: float = 0.4) -> dict[str, float]:
     """Share of states in each band (unseen included), for dashboards."""
     counts = {b: 0 for b in BANDS}
     for cr in crs.values():

@@ -1,15 +1,16 @@
 """One episode: the agent opens, the simulator answers, until accept / refuse / hang-up / T_max.
 
 `run_dialogue` is a pure coroutine over two async callables (the agent and the user back-ends), so
-the driver can run one task per dialogue on real Ray actors while tests drive it with plain
+sead_ray.rollout can run one task per dialogue on real Ray actors while tests drive it with plain
 functions. The agent sees only the user's spoken words; the simulator's state never enters the
 agent's prompt unless the training-only `privileged_user_view` option is on.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 from .profiles import Profile
 from .prompts.agent import agent_messages, parse_agent_output, user_message_for_agent
@@ -136,7 +137,8 @@ class Trajectory:
             "agent_parse_failures": self.agent_parse_failures,
             "user_parse_failures": self.user_parse_failures,
             "timing": {"agent_s": round(self.agent_seconds, 4), "user_s": round(self.user_seconds, 4),
-                       "wall_s": round(self.wall_seconds, 4), "accel_s": round(self.accel_seconds, 4) if self.accel_seconds else None},
+                       "wall_s": round(self.wall_seconds, 4),
+                       "accel_s": round(self.accel_seconds, 4) if self.accel_seconds else None},
         }
 
 

@@ -8,10 +8,13 @@ Every agent token of a trajectory gets its trajectory's advantage; all other tok
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional
 
 import torch
+
+from .trainer_protocol import RankStepResult, Sample, TrainerSettings
 
 ADVANTAGE_MODES = ("batch_mean", "group_mean", "group_norm")
 
@@ -45,23 +48,13 @@ def compute_advantages(rewards: Sequence[float], groups: Sequence[int], mode: st
     return out.tolist()
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """log p(ids[t+1] | ids[..t]) for t = 0..L-2: shape [B, L-1]."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-
-
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
 @dataclass
 class LossStats:
+    """Per-token means over this micro-batch's agent tokens (whatever `normalizer` the loss used)."""
     loss: float
     pg_loss: float
     kl: float
@@ -106,11 +99,13 @@ def policy_loss(
         loss = loss - entropy_coef * reduce(entropy)
     with torch.no_grad():
         clipped = ((ratio - 1).abs() > clip_eps).to(mask.dtype)
-        stats = LossStats(
-            float(loss), float(-masked_mean(surrogate, mask)),
-            float(masked_mean(kl_tokens, mask)) if kl_tokens is not None else 0.0,
-            float(masked_mean(entropy, mask)) if entropy is not None else 0.0,
-            float(masked_mean(clipped, mask)), float(masked_mean(ratio, mask)), int(mask.sum()))
+        pg = float(-masked_mean(surrogate, mask))
+        kl = float(masked_mean(kl_tokens, mask)) if kl_tokens is not None else 0.0
+        ent = float(masked_mean(entropy, mask)) if entropy is not None else 0.0
+        per_token_loss = pg + (kl_coef * kl if kl_tokens is not None else 0.0) - \
+            (entropy_coef * ent if entropy is not None and entropy_coef > 0 else 0.0)
+        stats = LossStats(per_token_loss, pg, kl, ent, float(masked_mean(clipped, mask)), float(masked_mean(ratio, mask)),
+                          int(mask.sum()))
     return loss, stats
 
 
@@ -149,3 +144,87 @@ def collate(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[in
         old[i, :k] = torch.tensor(rollout_logprobs[i][:k], dtype=torch.float32)
     # Target t+1 is predicted at position t: drop the first position of per-token fields.
     return TrainBatch(ids, attn, mask[:, 1:], old[:, 1:], torch.tensor(list(advantages), dtype=torch.float32))
+
+
+def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_entropy: bool = False,
+                     entropy_grad: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Per-target logprobs [B, L-1] (and entropies) of a collated batch under a causal LM.
+
+    Logits are computed only from the first position any row trains on (`logits_to_keep`): the
+    shared system prompt comes first and a full-vocabulary head over it would dominate the cost.
+    Logprobs are logit(target) - logsumexp: unlike log_softmax, no second full-vocabulary tensor is
+    kept for backward. The entropy joins the autograd graph only when trained on (`entropy_grad`)."""
+    ids = batch.input_ids.to(device)
+    B, L = ids.shape
+    trained = batch.loss_mask.sum(0).nonzero()
+    first = int(trained[0]) if len(trained) else L - 2
+    keep = L - first
+    out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), logits_to_keep=keep)
+    logits = out.logits[:, :-1].float()                                   # predicts targets first..L-2
+    lse = torch.logsumexp(logits, dim=-1)
+    part = logits.gather(-1, ids[:, L - keep + 1:].unsqueeze(-1)).squeeze(-1) - lse
+    logprobs = torch.zeros((B, L - 1), dtype=part.dtype, device=part.device)
+    logprobs[:, L - keep:] = part
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
+            entropy = torch.zeros_like(logprobs)
+            entropy[:, L - keep:] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logprobs, entropy
+
+
+def micro_batches(samples: Sequence[Sample], micro_batch_size: int, pad_id: int, max_len: Optional[int] = None,
+                  pad_to: Optional[int] = None) -> list[TrainBatch]:
+    """Collated micro-batches, padded to `pad_to` with empty-mask samples: every rank must run the same
+    number of forward passes (under ZeRO-3 they are collectives)."""
+    chunks = [list(samples[i:i + micro_batch_size]) for i in range(0, len(samples), micro_batch_size)]
+    if pad_to is not None:
+        if len(chunks) > pad_to:
+            raise ValueError(f"{len(chunks)} micro-batches, more than the {pad_to} configured")
+        chunks += [[Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)]] * (pad_to - len(chunks))
+    return [collate([s.token_ids for s in c], [s.loss_mask for s in c], [s.rollout_logprobs for s in c],
+                    [s.advantage for s in c], pad_id=pad_id, max_len=max_len) for c in chunks]
+
+
+LogprobFn = Callable[[TrainBatch, bool], tuple[torch.Tensor, Optional[torch.Tensor]]]
+
+
+def grpo_update(policy: LogprobFn, backward_and_step: Callable[[torch.Tensor], None], batches: Sequence[TrainBatch],
+                settings: TrainerSettings, *, rank: int, world_size: int, global_tokens: int,
+                reference: Optional[LogprobFn] = None, device: Any = "cpu") -> RankStepResult:
+    """One rank's GRPO update over its micro-batches (`settings.ppo_epochs` passes).
+
+    The loss of a micro-batch is its token sum over all agent tokens of the global batch, times
+    world x accumulation steps: DeepSpeed averages gradients over ranks and scales each micro-batch by
+    1/accumulation steps, so the applied gradient is that of the exact token-level mean of the batch."""
+    normalizer = max(1, global_tokens) / (world_size * settings.grad_accum_steps)
+    # Old logprobs: with one epoch the policy that sampled is the one being updated, so the current
+    # forward pass detached is exact; with more epochs they are recomputed once before updating.
+    old = refs = None
+    with torch.no_grad():
+        if settings.ppo_epochs > 1:
+            old = [policy(b, False)[0] for b in batches]
+        if reference is not None:
+            refs = [reference(b, False)[0] for b in batches]
+    result = RankStepResult(rank, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                            seq_tokens=int(sum(int(b.attention_mask.sum()) for b in batches)))
+    for epoch in range(settings.ppo_epochs):
+        for i, b in enumerate(batches):
+            logprobs, entropy = policy(b, True)
+            mask = b.loss_mask.to(device)
+            old_lp = old[i] if old is not None else logprobs.detach()
+            loss, s = policy_loss(logprobs, old_lp, b.advantages.to(device), mask, settings.clip_eps,
+                                  ref_logprobs=refs[i] if refs is not None else None, kl_coef=settings.kl_coef,
+                                  entropy=entropy, entropy_coef=settings.entropy_coef, normalizer=normalizer)
+            backward_and_step(loss)
+            if epoch == 0:   # figures of the policy that sampled, incl. rollout (vLLM) vs trainer logprobs
+                diff = (logprobs.detach() - b.old_logprobs.to(device)).abs() * mask
+                result.mismatch_sum += float(diff.sum())
+                result.mismatch_max = max(result.mismatch_max, float(diff.max()) if mask.any() else 0.0)
+                result.tokens += s.tokens
+                result.loss_sum += s.loss * s.tokens
+                result.pg_loss_sum += s.pg_loss * s.tokens
+                result.kl_sum += s.kl * s.tokens
+                result.entropy_sum += s.entropy * s.tokens
+                result.clipped_tokens += s.clip_fraction * s.tokens
+    return result

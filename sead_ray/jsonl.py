@@ -1,8 +1,10 @@
-"""JSON Lines input (profiles, dialogues, metrics): errors name the file and the line."""
+"""JSON and JSON Lines files (profiles, dialogues, metrics, curriculum): one reader whose errors name
+the file and the line, and writers that never leave a half-written file behind."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,3 +24,26 @@ def read_jsonl(path: str | Path, error: type[Exception] = ValueError, what: str 
         except json.JSONDecodeError as exc:
             raise error(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         yield lineno, value
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: str | Path, records: Iterable[Any]) -> None:
+    """The whole file, one record a line, replaced atomically (temp file + rename)."""
+    _write_atomic(Path(path), "".join(json.dumps(r) + "\n" for r in records))
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """One JSON document, replaced atomically."""
+    _write_atomic(Path(path), json.dumps(data, indent=1))
+
+
+def append_jsonl(path: str | Path, record: Any) -> None:
+    """One line at the end (a single write of a whole line)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")

@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Optional
 
 from .jsonl import read_jsonl
 from .state import StateSchema
@@ -64,7 +65,7 @@ def _validate(record: object, dims: Sequence[tuple[str, int]]) -> Optional[str]:
                 continue
             if not isinstance(s, dict):
                 return f"turns[{i}].{key} must be an object or null"
-            for name, hi in dims:
+            for name, _ in dims:
                 v = s.get(name)
                 if not isinstance(v, (int, float)) or isinstance(v, bool):
                     return f"turns[{i}].{key}.{name} must be a number, got {v!r}"

@@ -196,6 +196,7 @@ def list_models() -> list[dict]:
             if d.is_dir() and _is_complete(d):
                 size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
                 meta = json.loads((d / "sead_ray_model.json").read_text()) if (d / "sead_ray_model.json").exists() else {}
-                name = EMBEDDED_NAME if d == embedded_dir() else "tiny:" + d.name[len("tiny-"):] if d.name.startswith("tiny-") else d.name
+                name = (EMBEDDED_NAME if d == embedded_dir() else
+                        "tiny:" + d.name[len("tiny-"):] if d.name.startswith("tiny-") else d.name)
                 out.append({"name": name, "path": str(d), "size_mb": round(size / 2**20, 1), **meta})
     return out

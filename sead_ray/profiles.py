@@ -4,8 +4,8 @@ Pure functions over a numpy Generator, so the same seed always gives the same pr
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class Profile:
         return out
 
     @classmethod
-    def from_json(cls, obj: Mapping, schema: StateSchema) -> "Profile":
+    def from_json(cls, obj: Mapping, schema: StateSchema) -> Profile:
         """Parse a profile record; raises ValueError naming what is wrong."""
         if not isinstance(obj, Mapping):
             raise ValueError(f"a profile must be a JSON object, got {type(obj).__name__}")

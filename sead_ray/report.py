@@ -67,7 +67,8 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str])
             _fmt(r.get("train_loss"), ".4f"), _fmt(r.get("train_kl"), ".2e"),
             _fmt(r.get("train_logprob_mismatch_mean"), ".2e"), _fmt(r.get("dialogues_per_s"), ".3f"),
             _fmt(r.get("agent_tokens_per_s"), ".1f"), _fmt(r.get("user_engines"), "d"), _fmt(r.get("iteration_s"), ".0f")))
-    lines += ["", f"- checkpoint: `{checkpoint or 'none yet'}`", f"- TensorBoard: `tensorboard --logdir {run_dir / 'tensorboard'}`",
+    lines += ["", f"- checkpoint: `{checkpoint or 'none yet'}`",
+              f"- TensorBoard: `tensorboard --logdir {run_dir / 'tensorboard'}`",
               "- plots: `progress.png`, `cr_by_state.png` (this folder)", ""]
     return "\n".join(lines)
 

@@ -11,15 +11,15 @@ agent's spoken words:
 - trust >= 3 and emotion >= 2 and no penalty      cooperation +1
 Status: accept when cooperation >= 3, trust >= 4 and the agent asks for the decision (an
 activation/sign-up word); hang up when emotion is 0 and cooperation <= 1; refuse once
-the call has lasted `patience` agent turns and the latest one brought no state gain. With `accept_phrase` set (planted preference), the
-user accepts exactly when the agent's words contain that phrase and otherwise behaves as above but
-never accepts.
+the call has lasted `patience` agent turns and the latest one brought no state gain. With
+`accept_phrase` set (planted preference), the user accepts exactly when the agent's words
+contain that phrase and otherwise behaves as above but never accepts.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .dialogue import UserRequest, UserTurnOutput
 from .scenario import Scenario
@@ -47,7 +47,8 @@ class RuleUserSimulator:
             raise ValueError("the rule simulator needs state dimensions cooperation, emotion and trust")
 
     def _skeptic_level(self, behaviors: Sequence[str]) -> int:
-        skeptic = {b.text for b in self.scenario.behaviors if b.category in ("Trust_and_Skepticism", "Identity_Verification")}
+        skeptic = {b.text for b in self.scenario.behaviors
+                   if b.category in ("Trust_and_Skepticism", "Identity_Verification")}
         return sum(b in skeptic for b in behaviors)
 
     def respond(self, req: UserRequest) -> UserTurnOutput:

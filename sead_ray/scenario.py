@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -70,12 +71,6 @@ class Scenario:
     @property
     def categories(self) -> list[str]:
         return sorted({b.category for b in self.behaviors})
-
-    def behavior_by_text(self, text: str) -> Behavior:
-        for b in self.behaviors:
-            if b.text == text:
-                return b
-        raise KeyError(f"behavior not in the scenario's library: {text!r}")
 
     def state_allowed(self, state: State) -> bool:
         """False when a rule without behavior conditions forbids the state itself."""

@@ -6,8 +6,8 @@ cooperation 0..4, emotion 0..3, trust 0..5: 5 x 4 x 6 = 120 states).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 State = tuple[int, ...]
 

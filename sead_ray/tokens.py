@@ -8,7 +8,8 @@ and the trainer sees the same ids, so rollout and trainer logprobs are comparabl
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 _PLACEHOLDER = "\x00SEAD_PLACEHOLDER\x00"
 

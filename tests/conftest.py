@@ -24,6 +24,7 @@ def schema(scenario):
 @pytest.fixture(scope="session")
 def smollm_tokenizer():
     from transformers import AutoTokenizer
+
     from sead_ray.models import prepare_embedded
     return AutoTokenizer.from_pretrained(prepare_embedded())
 

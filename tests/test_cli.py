@@ -17,8 +17,28 @@ def sead(*args, check=False):
     return proc
 
 
-@pytest.mark.parametrize("args", [[], ["models"], ["models", "prepare"], ["models", "list"], ["profiles"],
-                                  ["profiles", "sample"], ["metrics"]])
+def _command_paths(parser=None, prefix=()):
+    """Every command and subcommand the parser knows (so a new one is covered without editing this)."""
+    import argparse
+
+    from sead_ray.cli import build_parser
+    parser = parser or build_parser()
+    yield list(prefix)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _command_paths(sub, (*prefix, name))
+
+
+COMMAND_PATHS = list(_command_paths())
+
+
+def test_the_help_test_sees_every_subcommand():
+    assert {"train", "eval", "report", "metrics", "profiles sample", "models prepare"} <= \
+        {" ".join(p) for p in COMMAND_PATHS}
+
+
+@pytest.mark.parametrize("args", COMMAND_PATHS, ids=lambda a: " ".join(a) or "sead-ray")
 def test_every_command_explains_itself(args):
     proc = sead(*args, "--help")
     assert proc.returncode == 0

@@ -3,8 +3,16 @@ import math
 import numpy as np
 import pytest
 
-from sead_ray.curriculum import (CurriculumState, band, band_fractions, completion_rate, completion_rate_by_state,
-                                 curriculum_snapshot, sampling_entropy, sampling_weights)
+from sead_ray.curriculum import (
+    CurriculumState,
+    band,
+    band_fractions,
+    completion_rate,
+    completion_rate_by_state,
+    curriculum_snapshot,
+    sampling_entropy,
+    sampling_weights,
+)
 from sead_ray.profiles import sample_profiles
 
 A, B, C, D = (0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)

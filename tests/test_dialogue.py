@@ -168,14 +168,15 @@ def test_cut_off_generation_is_closed_by_the_template(scenario, smollm_tokenizer
     ids = tok("Hello there", add_special_tokens=False)["input_ids"]   # no EOS: hit max_tokens
     enc.add_generation(ids, [-1.0] * len(ids))
     enc.add_user("Who is it?")
-    assert tok.decode(enc.token_ids[start:]) == "Hello there<|im_end|>\n<|im_start|>user\nWho is it?<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode(enc.token_ids[start:]) == \
+        "Hello there<|im_end|>\n<|im_start|>user\nWho is it?<|im_end|>\n<|im_start|>assistant\n"
     assert sum(enc.loss_mask) == len(ids)
     with pytest.raises(ValueError):
         enc.add_generation([1, 2], [0.0])
 
 
 def test_turn_barrier_holds_everyone_until_the_last_arrives():
-    from sead_ray.driver import TurnBarrier
+    from benchmarks.turn_sync import TurnBarrier
     order = []
 
     async def party(barrier, name, turns, delay):

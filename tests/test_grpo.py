@@ -1,8 +1,26 @@
+import types
+
 import pytest
 import torch
 
-from sead_ray.grpo import (collate, compute_advantages, policy_loss, token_entropy, token_logprobs,
-                           trajectory_reward)
+from sead_ray.grpo import collate, compute_advantages, forward_logprobs, policy_loss, trajectory_reward
+
+
+class LogitsTableLM(torch.nn.Module):
+    """A toy causal LM whose logits are a learnable table [B, L, V] (the interface of an HF model's
+    forward: input_ids, attention_mask, logits_to_keep -> .logits), so gradients per position show."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.table = torch.nn.Parameter(logits.clone())
+
+    def forward(self, input_ids, attention_mask, logits_to_keep=0):
+        return types.SimpleNamespace(logits=self.table[:, -logits_to_keep:] if logits_to_keep else self.table)
+
+
+def _batch(ids, mask):
+    n, L = ids.shape
+    return collate(ids.tolist(), [[0] + row for row in mask.int().tolist()], [[0.0] * L] * n, [1.0, -1.0][:n], pad_id=0)
 
 
 def test_rewards():
@@ -42,15 +60,29 @@ def test_collate_aligns_masks_with_targets():
         collate([[1, 2]], [[0]], [[0.0, 0.0]], [1.0], pad_id=0)
 
 
-def test_loss_only_touches_masked_tokens():
+def test_forward_logprobs_match_log_softmax_and_entropy_where_trained():
     torch.manual_seed(0)
-    logits = torch.randn(2, 5, 11, requires_grad=True)
+    logits = torch.randn(2, 5, 11)
     ids = torch.randint(0, 11, (2, 5))
     mask = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
-    lp = token_logprobs(logits, ids)
+    lp, ent = forward_logprobs(LogitsTableLM(logits), _batch(ids, mask), with_entropy=True)
+    full = torch.log_softmax(logits[:, :-1], -1)
+    want_lp = full.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    want_ent = -(full.exp() * full).sum(-1)
+    # logits are computed from the first position any row trains on (here 1); earlier ones stay 0
+    assert torch.allclose(lp[:, 1:], want_lp[:, 1:], atol=1e-5) and (lp[:, 0] == 0).all()
+    assert torch.allclose(ent[:, 1:], want_ent[:, 1:], atol=1e-5)
+
+
+def test_loss_only_touches_masked_tokens():
+    torch.manual_seed(0)
+    model = LogitsTableLM(torch.randn(2, 5, 11))
+    ids = torch.randint(0, 11, (2, 5))
+    mask = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
+    lp, _ = forward_logprobs(model, _batch(ids, mask))
     loss, stats = policy_loss(lp, lp.detach(), torch.tensor([1.0, -1.0]), mask)
     loss.backward()
-    grad_positions = (logits.grad.abs().sum(-1) > 0)
+    grad_positions = (model.table.grad.abs().sum(-1) > 0)
     # target t+1 is predicted at position t: mask[b, t] -> logits[b, t]
     assert grad_positions.tolist() == [[False, False, True, True, False], [False, True, False, False, False]]
     assert stats.tokens == 3 and stats.ratio_mean == pytest.approx(1.0)
@@ -89,8 +121,8 @@ def test_kl_term_is_zero_at_reference_and_positive_away():
 
 
 def test_entropy_bonus():
-    logits = torch.zeros(1, 3, 4)
-    ent = token_entropy(logits)
+    ids, mask = torch.tensor([[1, 2, 3]]), torch.ones(1, 2)
+    _, ent = forward_logprobs(LogitsTableLM(torch.zeros(1, 3, 4)), _batch(ids, mask), with_entropy=True)
     assert torch.allclose(ent, torch.full((1, 2), torch.log(torch.tensor(4.0)).item()))
     lp = torch.zeros(1, 2)
     loss, stats = policy_loss(lp, lp, torch.tensor([0.0]), torch.ones(1, 2), entropy=ent, entropy_coef=0.5)

@@ -51,7 +51,8 @@ def test_estimate_compares_with_last_seen_state_when_a_turn_lost_its_state():
 
 def test_empty_and_no_success():
     m = compute_metrics([])
-    assert m.headline() == {"n": 0, "cr": None, "att": None, "att_std": None, "upa": None, "ei": None, "ti": None, "ci": None}
+    assert m.headline() == {"n": 0, "cr": None, "att": None, "att_std": None, "upa": None, "ei": None, "ti": None,
+                            "ci": None}
     m = compute_metrics([HAND[2]])
     assert m.cr == 0.0 and m.att is None and m.att_std is None
     assert "CR" in format_table(m)

@@ -2,8 +2,15 @@ import json
 
 import pytest
 
-from sead_ray.prompts import (agent_messages, agent_system_prompt, extract_json_object, parse_agent_output,
-                              parse_user_output, user_messages, user_output_schema)
+from sead_ray.prompts import (
+    agent_messages,
+    agent_system_prompt,
+    extract_json_object,
+    parse_agent_output,
+    parse_user_output,
+    user_messages,
+    user_output_schema,
+)
 
 
 def test_extract_json_object_is_tolerant():
@@ -22,7 +29,8 @@ def test_extract_json_object_is_tolerant():
      "Hello, this is Lin.", {"cooperation": 2, "emotion": 2, "trust": 3}, True),
     ('{"reply": "Hi", "estimate": {"cooperation": 9, "emotion": -1, "trust": "3"}}',   # clamped, string digits
      "Hi", {"cooperation": 4, "emotion": 0, "trust": 3}, True),
-    ('{"reply": "Hi", "cooperation": 1, "emotion": 1, "trust": 1}', "Hi", {"cooperation": 1, "emotion": 1, "trust": 1}, True),
+    ('{"reply": "Hi", "cooperation": 1, "emotion": 1, "trust": 1}', "Hi",
+     {"cooperation": 1, "emotion": 1, "trust": 1}, True),
     ('{"reply": "Hi there"}', "Hi there", None, False),
     ('{"reply": "Hi there", "estimate": {"cooperation": "high"}}', "Hi there", None, False),
     ('{"reply": "We offer a free cred', "We offer a free cred", None, False),
@@ -40,7 +48,8 @@ def test_parse_agent_output(schema, text, reply, estimate, ok):
 
 
 @pytest.mark.parametrize("text, state, status, ok", [
-    ('{"reply": "Who is this?", "cooperation": 2, "emotion": 1, "trust": 1, "status": "continue"}', (2, 1, 1), "continue", True),
+    ('{"reply": "Who is this?", "cooperation": 2, "emotion": 1, "trust": 1, "status": "continue"}', (2, 1, 1),
+     "continue", True),
     ('{"reply": "Fine, do it.", "cooperation": 4, "emotion": 3, "trust": 4, "status": "accept"}', (4, 3, 4), "accept", True),
     ('{"reply": "Bye", "cooperation": 0, "emotion": 0, "trust": 0, "status": "hang-up"}', (0, 0, 0), "hangup", True),
     ('{"reply": "Hm", "cooperation": 7, "emotion": 1, "trust": 1, "status": "continue"}', (4, 1, 1), "continue", True),

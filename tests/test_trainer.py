@@ -5,9 +5,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from sead_ray.driver import run_dialogues, shutdown_rollout_roles, start_rollout_roles
+from actors.system import shutdown_rollout_roles, start_rollout_roles
 from sead_ray.grpo import compute_advantages
+from sead_ray.loop import samples_from
 from sead_ray.profiles import sample_profiles
+from sead_ray.rollout import run_dialogues
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -32,28 +34,30 @@ def test_zero3_partitions_parameters(system):
     ready = trainer.ready
     assert len(ready) == 2
     for r in ready:
-        assert r["zero_stage"] == 3 and r["local_params"] < r["total_params"]
-    assert sum(r["local_params"] for r in ready) >= ready[0]["total_params"]
+        assert r.zero_stage == 3 and r.local_params < r.total_params
+    assert sum(r.local_params for r in ready) >= ready[0].total_params
 
 
 def test_step_then_broadcast_serves_the_new_version_with_matching_logprobs(system, scenario):
     import ray
     cfg, roles, trainer, _ = system
     profiles = sample_profiles(scenario, 4, np.random.default_rng(0), n_max=200)
-    result = asyncio.run(run_dialogues(roles, profiles, iteration=1, phase="train", sampling=cfg.dialogue.agent_train))
+    result = asyncio.run(run_dialogues(roles.endpoints(), cfg, scenario, profiles, iteration=1, phase="train",
+                                       sampling=cfg.dialogue.agent_train))
     trajs = result.trajectories
     # make sure the advantages are not all zero, whatever the outcomes were
     rewards = [1.0 if i % 2 == 0 else 0.0 for i in range(len(trajs))]
     advantages = compute_advantages(rewards, [t.group for t in trajs], "batch_mean")
-    from sead_ray.driver import _samples_from
-    metrics = trainer.step(_samples_from(trajs, advantages, cfg.train.max_seq_len))
-    assert metrics["agent_tokens"] == sum(sum(t.loss_mask) for t in trajs)
-    assert metrics["grad_norm"] is not None and metrics["grad_norm"] > 0
+    metrics = trainer.step(samples_from(trajs, advantages, cfg.train.max_seq_len))
+    assert metrics.agent_tokens == sum(sum(t.loss_mask) for t in trajs)
+    assert metrics.grad_norm is not None and metrics.grad_norm > 0
     # before the update the trainer's logprobs of the sampled tokens matched vLLM's
-    assert metrics["logprob_mismatch_mean"] < 1e-3, metrics
+    assert metrics.logprob_mismatch_mean < 1e-3, metrics
+    # no KL or entropy term: the loss is the policy-gradient loss (not x accumulation steps)
+    assert metrics.loss == pytest.approx(metrics.pg_loss, rel=1e-5, abs=1e-7)
     version_before = ray.get(roles.agent.get_version.remote())
     sync = trainer.sync_weights(version_before + 1)
-    assert sync["version"] == version_before + 1 and sync["mb"] > 0
+    assert sync.version == version_before + 1 and sync.mb > 0
     prompt = roles.tokenizer("Hello, this is a fixed prompt for the check", add_special_tokens=False)["input_ids"]
     out = ray.get(roles.agent.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=8))
     assert out.policy_version == version_before + 1

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 from ..scenario import Scenario
 from ..state import State, StateSchema
@@ -79,7 +80,7 @@ def _estimate_by_pattern(text: str, schema: StateSchema) -> Optional[dict]:
     """`"trust": 3`-style pairs anywhere in the text, when the JSON itself is broken."""
     found = {}
     for name in schema.names:
-        m = re.search(r'"?%s"?\s*[:=]\s*"?(-?\d+)' % re.escape(name), text)
+        m = re.search(rf'"?{re.escape(name)}"?\s*[:=]\s*"?(-?\d+)', text)
         if not m:
             return None
         found[name] = int(m.group(1))

@@ -6,12 +6,16 @@ its turns parse; the parser still copes with anything (a cut-off reply, another 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..scenario import USER_STATUSES, Scenario
 from ..state import State, StateSchema
 from .parsing import extract_json_object
+
+if TYPE_CHECKING:
+    from ..dialogue import UserRequest
 
 REPLY_MAX_CHARS = 300
 
@@ -69,6 +73,21 @@ def user_messages(scenario: Scenario, behaviors: Sequence[str], initial_state: O
               "Reply to the caller's last words as the owner, as one JSON object.")
     return [{"role": "system", "content": user_system_prompt(scenario, behaviors, initial_state)},
             {"role": "user", "content": prompt}]
+
+
+def user_prompt_ids(tokenizer: Any, scenario: Scenario, request: UserRequest, budget: int) -> list[int]:
+    """The simulator's prompt as token ids, at most `budget` tokens: a long call keeps its latest
+    exchanges (the oldest are dropped first, never the caller's last turn)."""
+    profile = request.profile
+    initial = None if profile.free_form else profile.state
+    agent, user = list(request.agent_replies), list(request.user_replies)
+    while True:
+        messages = user_messages(scenario, profile.behaviors, initial, request.current_state, agent, user)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= budget or len(agent) <= 1:
+            return ids
+        agent, user = agent[1:], user[1:]
 
 
 def parse_user_output(text: str, schema: StateSchema, previous_state: State) -> UserTurnParse:

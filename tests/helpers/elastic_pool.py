@@ -22,8 +22,8 @@ def _turns(roles, scenario, n: int, tag: str) -> list[str]:
     profiles = sample_profiles(scenario, n, np.random.default_rng(0), n_max=200)
 
     async def one(i, p):
-        out = await roles.pool.respond(UserRequest(f"{tag}-{i}", 0, p, p.state, ["Hello, is this a good time?"], [], i))
-        roles.pool.release(f"{tag}-{i}")
+        out = await roles.users.respond(UserRequest(f"{tag}-{i}", 0, p, p.state, ["Hello, is this a good time?"], [], i))
+        roles.users.release(f"{tag}-{i}")
         return out.engine
     async def all_turns():
         return await asyncio.gather(*(one(i, p) for i, p in enumerate(profiles)))
@@ -34,10 +34,11 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from placement import create_placement_groups, user_engine_count
-    from sead_ray.driver import RolloutRoles, _launch_user_sim, rescale_user_pool
-    from sead_ray.scenario import load_scenario
+    from actors.agent_policy import AgentPool
+    from actors.system import RolloutRoles, launch_user_sim, rescale_user_pool
     from actors.user_sim import UserSimPool
+    from placement import create_placement_groups, user_engine_count
+    from sead_ray.scenario import load_scenario
     from tests.conftest import SCENARIO, tiny_config
 
     cfg = tiny_config("user_sim.backend=rule", "user_sim.engines=auto", "placement.user_sim.node_resource=rollout",
@@ -51,17 +52,17 @@ def main() -> None:
     try:
         n = user_engine_count(cfg, ray.cluster_resources())
         plan = create_placement_groups(cfg, {"user_sim": n})
-        roles = RolloutRoles(cfg, scenario, agent=None, pool=UserSimPool({}), plan=plan)
+        roles = RolloutRoles(cfg, scenario, agents=AgentPool({}), users=UserSimPool({}), plan=plan)
         for i in range(n):
-            name, actor = _launch_user_sim(roles, i)
-            roles.pool.add(name, actor, {**ray.get(actor.start.remote()), "placement_index": i})
-        report["start"] = {"engines": sorted(roles.pool.actors), "served": _turns(roles, scenario, 4, "a")}
+            name, actor = launch_user_sim(roles, i)
+            roles.users.add(name, actor, {**ray.get(actor.start.remote()), "placement_index": i})
+        report["start"] = {"engines": sorted(roles.users.actors), "served": _turns(roles, scenario, 4, "a")}
 
         joined = cluster.add_node(num_cpus=1, resources={"rollout": 2})
         cluster.wait_for_nodes()
         report["grow"] = asyncio.run(rescale_user_pool(roles, timeout_s=30))
         report["grow_served"] = _turns(roles, scenario, 12, "b")
-        report["grow_nodes"] = len({roles.pool.info[n]["node"] for n in roles.pool.actors})
+        report["grow_nodes"] = len({roles.users.info[n]["node"] for n in roles.users.actors})
         report["unchanged"] = asyncio.run(rescale_user_pool(roles, timeout_s=30))
 
         cluster.remove_node(joined)

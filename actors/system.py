@@ -1,0 +1,271 @@
+"""Assembles the roles on their placement groups: connect to Ray, start the agent and user-simulator
+pools, the stats and controller actors and the trainer; grow and shrink the elastic user pool;
+stop everything. The only place that creates actors; the loop (sead_ray.loop) sees `TrainingSystem`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import ray
+
+from actors.agent_policy import AgentPolicyActor, AgentPool
+from actors.profile_controller import ProfileControllerActor
+from actors.stats import StatsActor
+from actors.user_sim import UserSimActor, UserSimPool
+from actors.vllm_engine import engine_spec_from_config
+from placement import (
+    RolePlacement,
+    actor_options,
+    add_actor_group,
+    bundle_for,
+    create_placement_groups,
+    free_resources,
+    remove_actor_group,
+    remove_placement_groups,
+    user_engine_count,
+)
+from sead_ray.config import SeadConfig
+from sead_ray.models import resolve_model
+from sead_ray.profiles import Profile
+from sead_ray.rollout import RolloutEndpoints
+from sead_ray.scenario import Scenario
+from sead_ray.state import State
+from sead_ray.trainer_protocol import Sample, StepMetrics, SyncResult
+
+log = logging.getLogger(__name__)
+
+# Quiet engines inside actors: their start-up warnings (eager mode, no Triton on CPU, ...) and
+# deprecation notices would bury the progress bars. Errors still reach the console.
+ACTOR_ENV = {"VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1",
+             "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning"}
+
+
+def init_ray(cfg: SeadConfig) -> dict:
+    """Connect to `ray.address` / $RAY_ADDRESS, or start a local cluster sized by `ray.num_cpus`."""
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict = {"runtime_env": {"env_vars": ACTOR_ENV}, "log_to_driver": True}
+    if address is None:
+        kwargs.update(num_cpus=cfg.ray.num_cpus or os.cpu_count() or 2, include_dashboard=cfg.ray.dashboard)
+    ray.init(address=address, **kwargs)
+    resources = ray.cluster_resources()
+    log.info("Ray cluster: %s", {k: v for k, v in resources.items() if not k.startswith("node:")})
+    return resources
+
+
+@dataclass
+class RolloutRoles:
+    """The rollout side of the system, started once per run."""
+    cfg: SeadConfig
+    scenario: Scenario
+    agents: AgentPool
+    users: UserSimPool
+    stats: Any = None
+    controller: Any = None
+    tokenizer: Any = None
+    plan: dict[str, RolePlacement] = field(default_factory=dict)
+    startup: dict = field(default_factory=dict)
+    user_path: str = ""            # the user model's folder ("" for the rule back-end)
+
+    @property
+    def agent(self) -> Any:
+        """The first agent engine's actor (weights are published to it)."""
+        return next(iter(self.agents.actors.values()))
+
+    def endpoints(self) -> RolloutEndpoints:
+        user_engines = len(self.users.actors) if self.cfg.user_sim.backend == "vllm" else 0
+        return RolloutEndpoints(self.agents, self.users, self.tokenizer, len(self.agents.actors) + user_engines)
+
+
+def _engine_bind(cfg: SeadConfig, index: int) -> str:
+    if cfg.engine.cpu_bind in ("nobind", "auto"):
+        return cfg.engine.cpu_bind
+    return str(index % (os.cpu_count() or 1))
+
+
+async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Optional[Path] = None,
+                              *, with_controller: bool = False, with_stats: bool = True,
+                              trainer_workers: int = 0) -> RolloutRoles:
+    """Placement groups, then the actors: agent engine, user simulator pool, stats, controller. With
+    `trainer_workers`, the cluster must also hold the trainer (placed later by Ray Train): checked
+    here, before any engine starts."""
+    from transformers import AutoTokenizer
+
+    agent_path = str(resolve_model(agent_model))
+    user_path = str(resolve_model(cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
+    n_user = user_engine_count(cfg, ray.cluster_resources())
+    counts = {"agent_policy": 1, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
+              "trainer": trainer_workers}
+    plan = create_placement_groups(cfg, counts)
+    log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
+
+    agent = AgentPolicyActor.options(**actor_options(plan, "agent_policy", 0)).remote(
+        engine_spec_from_config(cfg, agent_path, cfg.seed, _engine_bind(cfg, 0)))
+    roles = RolloutRoles(cfg, scenario, AgentPool({}), UserSimPool({}), plan=plan, user_path=user_path)
+    users = [launch_user_sim(roles, i) for i in range(n_user)]
+    t0 = time.perf_counter()
+    log.info("starting %d engine(s): agent %s; user simulator %s x %d", 1 + (n_user if user_path else 0),
+             agent_model, cfg.models.user if user_path else "rule", n_user)
+    started = await asyncio.gather(agent.start.remote(), *(u.start.remote() for _, u in users))
+    log.info("engines ready in %.0f s", time.perf_counter() - t0)
+    roles.agents.add("agent-0", agent, started[0])
+    for index, ((name, actor), info) in enumerate(zip(users, started[1:])):
+        roles.users.add(name, actor, {**info, "placement_index": index})
+    roles.startup = {"agent": started[0], "user_sims": started[1:]}
+    roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
+    if with_stats:
+        roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(str(run_dir), scenario.schema)
+    if with_controller:
+        roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
+    return roles
+
+
+def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
+    """Create (not yet start) the user simulator actor in bundle `index` of the user_sim role."""
+    cfg = roles.cfg
+    name = f"user-sim-{index}"
+    spec = (engine_spec_from_config(cfg, roles.user_path, cfg.seed + 1 + index, _engine_bind(cfg, index + 1))
+            if roles.user_path else None)
+    actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user_sim", index)).remote(
+        name, roles.scenario, cfg.user_sim.backend, cfg.dialogue.user.as_params(), spec=spec,
+        rule={"accept_phrase": cfg.user_sim.rule.accept_phrase, "patience": cfg.user_sim.rule.patience},
+        reply_max_chars=cfg.dialogue.user_reply_max_chars)
+    return name, actor
+
+
+async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Optional[dict]:
+    """`user_sim.engines: auto`, between iterations: drop engines whose node left the cluster (or that
+    died), then start one engine per unit of the rollout resource the pool does not use yet (nodes that
+    joined). Returns {"before", "after", "removed", "added"} when the pool changed, else None."""
+    cfg, pool = roles.cfg, roles.users
+    if cfg.user_sim.engines != "auto" or "user_sim" not in roles.plan:
+        return None
+    rp = roles.plan["user_sim"]
+    before = len(pool.actors)
+
+    async def retire(name: str, graceful: bool) -> None:
+        index = pool.info[name]["placement_index"]
+        actor = pool.remove(name)
+        if graceful:
+            await asyncio.gather(actor.shutdown.remote(), return_exceptions=True)
+        ray.kill(actor, no_restart=True)
+        remove_actor_group(rp, index)
+
+    alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    removed = [name for name in list(pool.actors) if name in pool.dead or pool.info[name].get("node") not in alive_nodes]
+    for name in removed:
+        await retire(name, graceful=False)
+    target = user_engine_count(cfg, ray.cluster_resources())
+    while len(pool.actors) > target:   # the rollout resource shrank on a live node: retire the newest
+        name = max(pool.actors, key=lambda n: pool.info[n]["placement_index"])
+        await retire(name, graceful=True)
+        removed.append(name)
+    added = []
+    while len(pool.actors) < target:
+        index = add_actor_group(rp, bundle_for(cfg.placement.user_sim), timeout_s)
+        if index is None:
+            log.warning("user simulator pool: the cluster offers %d rollout unit(s) but another engine could not be "
+                        "placed within %.0f s (free: %s); keeping %d engine(s)", target, timeout_s, free_resources(),
+                        len(pool.actors))
+            break
+        name, actor = launch_user_sim(roles, index)
+        try:
+            info = await actor.start.remote()
+        except Exception as exc:
+            log.warning("user simulator %s failed to start (%s); keeping %d engine(s)", name, exc, len(pool.actors))
+            ray.kill(actor, no_restart=True)
+            remove_actor_group(rp, index)
+            break
+        pool.add(name, actor, {**info, "placement_index": index})
+        added.append(name)
+    if not removed and not added:
+        return None
+    change = {"before": before, "after": len(pool.actors), "removed": removed, "added": added}
+    log.info("user simulator pool: %d -> %d engine(s) (removed %s, added %s)", before, change["after"],
+             removed or "none", added or "none")
+    return change
+
+
+async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
+    await roles.users.shutdown()
+    await roles.agents.shutdown()
+    if roles.stats is not None:
+        await asyncio.gather(roles.stats.close.remote(), return_exceptions=True)
+    for handle in [roles.stats, roles.controller, *roles.agents.actors.values(), *roles.users.actors.values()]:
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+    remove_placement_groups(roles.plan)
+
+
+class TrainingSystem:
+    """What the self-evolution loop drives: the rollout roles, the controller, the stats and the
+    trainer, behind plain async methods (sead_ray.loop.LoopSystem)."""
+
+    def __init__(self, roles: RolloutRoles, trainer: Any):
+        self.roles, self.trainer = roles, trainer
+
+    @classmethod
+    async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path) -> TrainingSystem:
+        from actors.trainer import TrainerGroup
+        roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
+                                          trainer_workers=cfg.trainer.num_workers)
+        system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir, agent=roles.agent))
+        try:
+            system.trainer.start()
+        except BaseException:
+            await system.stop()
+            raise
+        return system
+
+    def endpoints(self) -> RolloutEndpoints:
+        return self.roles.endpoints()
+
+    @property
+    def user_engines(self) -> int:
+        return len(self.roles.users.alive)
+
+    async def rescale(self) -> Optional[dict]:
+        return await rescale_user_pool(self.roles)
+
+    async def sample_profiles(self, n: int) -> list[Profile]:
+        return await self.roles.controller.sample.remote(n)
+
+    async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict:
+        return await self.roles.controller.update.remote(list(outcomes))
+
+    async def controller_state(self) -> dict:
+        return await self.roles.controller.state_dict.remote()
+
+    async def restore(self, checkpoint: Path, controller_state: dict, policy_version: int) -> None:
+        """A resumed run: the controller's state, the optimizer's, and the version the engines serve."""
+        await self.roles.controller.load_state_dict.remote(controller_state)
+        await self.roles.agents.set_version(policy_version)
+        self.trainer.load(checkpoint)
+
+    async def grpo_step(self, samples: list[Sample]) -> StepMetrics:
+        return self.trainer.step(samples)
+
+    async def broadcast_weights(self, version: int) -> SyncResult:
+        return self.trainer.sync_weights(version)
+
+    def save_weights(self, directory: Path) -> float:
+        return self.trainer.save(directory)
+
+    async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
+                               curriculum: Optional[dict] = None) -> dict:
+        return await self.roles.stats.record_iteration.remote(iteration, phase, records, extra, curriculum)
+
+    async def stop(self) -> None:
+        t_stop = time.perf_counter()
+        self.trainer.stop()
+        t_engines = time.perf_counter()
+        await shutdown_rollout_roles(self.roles)
+        log.info("shut down: trainer %.0f s, engines %.0f s", t_engines - t_stop, time.perf_counter() - t_engines)

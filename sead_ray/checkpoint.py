@@ -1,0 +1,92 @@
+"""Checkpoints of a run directory: save, find the latest, keep the newest K, and the resume state.
+
+    RUN/checkpoints/iter_NNNN/hf/          model + tokenizer (transformers and vLLM load it as it is)
+    RUN/checkpoints/iter_NNNN/deepspeed/   optimizer and engine state of every rank
+    RUN/checkpoints/iter_NNNN/state.json   TrainState: what else resuming exactly needs
+    RUN/checkpoints/latest -> iter_NNNN    replaced atomically once the folder is complete
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .jsonl import write_json, write_jsonl
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint holds besides the weights to continue exactly."""
+    iteration: int                 # last completed iteration
+    controller: dict               # ProfileController.state_dict() after that iteration
+    policy_version: int
+
+    @classmethod
+    def from_json(cls, data: dict) -> TrainState:
+        return cls(int(data["iteration"]), data["controller"], int(data["policy_version"]))
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    link = checkpoints_dir(run_dir) / "latest"
+    return link.resolve() if link.exists() else None
+
+
+def load_train_state(checkpoint: Path) -> TrainState:
+    return TrainState.from_json(json.loads((checkpoint / "state.json").read_text()))
+
+
+def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: TrainState, keep: int = 0) -> Path:
+    """`save_weights(directory)` writes hf/ and deepspeed/; then state.json, then `latest` moves to the
+    new folder, then all but the newest `keep` checkpoints go (0 keeps every one)."""
+    directory = checkpoints_dir(run_dir) / f"iter_{state.iteration:04d}"
+    t0 = time.perf_counter()
+    save_weights(directory)
+    write_json(directory / "state.json", asdict(state))
+    tmp = checkpoints_dir(run_dir) / ".latest.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(directory.name)
+    os.replace(tmp, checkpoints_dir(run_dir) / "latest")
+    log.info("checkpoint after iteration %d: %s (%.0f s)", state.iteration, directory, time.perf_counter() - t0)
+    if keep > 0:
+        prune_checkpoints(run_dir, keep)
+    return directory
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
+    """Remove complete checkpoints older than the newest `keep` (never the one `latest` names)."""
+    latest = latest_checkpoint(run_dir)
+    complete = sorted(p for p in checkpoints_dir(run_dir).glob("iter_*") if (p / "state.json").exists())
+    removed = [p for p in complete[:-keep] if p != latest]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def truncate_metrics(path: Path, last_iteration: int) -> None:
+    """Drop metric rows of iterations after the checkpoint (they are redone on resume). A line torn by
+    a killed run is dropped with a warning."""
+    if not path.exists():
+        return
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            log.warning("%s:%d: dropping a torn metrics line", path, lineno)
+            continue
+        if row is not None and row.get("iteration", 0) <= last_iteration:
+            rows.append(row)
+    write_jsonl(path, rows)

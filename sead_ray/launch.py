@@ -1,0 +1,119 @@
+"""Starting and stopping runs: the one module of sead_ray that reaches into actors/ (lazily).
+
+`train` finds where a run resumes, starts the system, runs the loop, turns Ctrl-C into a checkpoint
+at the next safe point, and tears the system down whatever happened. `evaluate` plays a fixed profile
+set once against the frozen simulator.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .checkpoint import TrainState, latest_checkpoint, load_train_state, truncate_metrics
+from .config import SeadConfig, dump_config
+from .controller import ProfileController
+from .loop import SelfEvolutionLoop, StopRequested
+from .metrics import compute_metrics, format_table
+from .models import resolve_model
+from .profiles import Profile
+from .rollout import run_dialogues, write_dialogues
+from .scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+
+def connect(cfg: SeadConfig) -> dict:
+    """Connect to the configured Ray cluster or start a local one; returns its resources."""
+    from actors.system import init_ray
+    return init_ray(cfg)
+
+
+async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: bool = False) -> dict:
+    """Run (or continue) the self-evolution loop in `run_dir`; returns a summary of the run."""
+    from actors.system import TrainingSystem
+
+    # Absolute: Ray Train runs its workers in a directory of its own, where a relative path would
+    # silently put the checkpoints.
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        start = load_train_state(checkpoint)
+        agent_model = str(checkpoint / "hf")
+        log.info("resuming %s after iteration %d (policy version %d) from %s", run_dir, start.iteration,
+                 start.policy_version, checkpoint)
+    else:
+        if resume:
+            log.info("no checkpoint in %s yet: starting from the beginning", run_dir)
+        agent_model = str(resolve_model(cfg.models.agent))
+        start = TrainState(0, ProfileController(scenario, cfg.curriculum, cfg.seed).state_dict(), 0)
+    truncate_metrics(run_dir / "metrics.jsonl", start.iteration)
+    dump_config(cfg, run_dir / "config.yaml")
+    summary: dict = {"run_dir": str(run_dir), "tensorboard": str(run_dir / "tensorboard"),
+                     "metrics": str(run_dir / "metrics.jsonl"), "interrupted": False, "wall_s": 0.0}
+    if start.iteration >= cfg.train.iterations:
+        log.info("%s already finished its %d iterations: nothing to do", run_dir, cfg.train.iterations)
+        return {**summary, "iterations": cfg.train.iterations, "checkpoint": str(checkpoint)}
+
+    system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir)
+    loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None)
+    previous_handler = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame):
+        if loop.stop_requested:
+            raise KeyboardInterrupt  # second Ctrl-C: leave now
+        loop.stop_requested = True
+        log.warning("Ctrl-C: stopping at the next safe point with a checkpoint (Ctrl-C again to abort)")
+    signal.signal(signal.SIGINT, on_sigint)
+    t_run = time.perf_counter()
+    try:
+        if checkpoint is not None:
+            await system.restore(checkpoint, start.controller, start.policy_version)
+        await loop.run()
+        summary["wall_s"] = time.perf_counter() - t_run
+    except (StopRequested, asyncio.CancelledError):
+        summary["interrupted"] = True
+        loop.save()
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+        await system.stop()
+    checkpoint = latest_checkpoint(run_dir)
+    return {**summary, "iterations": loop.done.iteration, "checkpoint": str(checkpoint) if checkpoint else None}
+
+
+async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profiles: Sequence[Profile],
+                   out_dir: Path, profile_source: str) -> dict:
+    """Run the agent against the frozen simulator on a fixed profile set; write dialogues + summary."""
+    from actors.system import shutdown_rollout_roles, start_rollout_roles
+
+    out_dir = Path(out_dir).resolve()   # actors may run in other working directories
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, out_dir / "config.yaml")
+    roles = await start_rollout_roles(cfg, scenario, agent_model, out_dir)
+    try:
+        result = await run_dialogues(roles.endpoints(), cfg, scenario, profiles, iteration=0, phase="eval",
+                                     sampling=cfg.dialogue.agent_eval)
+        records = write_dialogues(out_dir / "dialogues.jsonl", result, scenario)
+        extra = {"dialogues_per_s": result.dialogues_per_s, "agent_tokens_per_s": result.agent_tokens_per_s,
+                 "wall_s": result.wall_s, "pool": roles.users.report()}
+        await roles.stats.record_iteration.remote(0, "eval", records, extra)
+    finally:
+        await shutdown_rollout_roles(roles)
+    m = compute_metrics(records, scenario.schema)
+    summary = {**m.headline(), "metrics": m.to_json(), **extra, "agent": agent_model,
+               "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
+               "profiles": profile_source, "decoding": cfg.dialogue.agent_eval.as_params(),
+               "user_decoding": cfg.dialogue.user.as_params(), "seed": cfg.seed}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    pool = extra["pool"]
+    print(format_table(m, title=f"evaluation of {agent_model} ({len(records)} dialogues, {profile_source})", extra={
+        "dialogues / s": f"{result.dialogues_per_s:.3f}",
+        "agent tokens / s": f"{result.agent_tokens_per_s:.1f}",
+        "user engines alive": f"{pool['alive']}/{pool['engines']} (turns retried: {pool['retried_turns']})",
+        "output": str(out_dir)}))
+    return summary

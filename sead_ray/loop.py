@@ -1,0 +1,182 @@
+"""The self-evolution loop (SEAD's four phases), over a `LoopSystem` that runs the roles:
+
+    1. sample_profiles     the Profile Controller draws B initial states + behaviors (curriculum)
+    2. play_dialogues      one asyncio task per call against the frozen user simulator
+    3. learn               GRPO advantages -> one update on the trainer -> weights to the agent engines
+    4. analyse_mistakes    completion rate per initial state -> the next sampling weights
+
+Each phase returns a record; `run()` plays iterations and saves checkpoints. Stopping (Ctrl-C,
+SIGTERM), resuming and tearing the system down live in sead_ray.launch, beside the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+from .checkpoint import TrainState, save_checkpoint
+from .config import SeadConfig
+from .dialogue import Trajectory
+from .grpo import compute_advantages, trajectory_reward
+from .jsonl import write_json
+from .profiles import Profile
+from .rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
+from .scenario import Scenario
+from .state import State
+from .trainer_protocol import Sample, StepMetrics, SyncResult
+
+log = logging.getLogger(__name__)
+
+
+class StopRequested(Exception):
+    """Ctrl-C or SIGTERM: end at the next safe point with a checkpoint."""
+
+
+class LoopSystem(Protocol):
+    """The running roles, as the loop sees them (actors.system.TrainingSystem on Ray)."""
+    user_engines: int
+
+    def endpoints(self) -> RolloutEndpoints: ...
+    async def rescale(self) -> Optional[dict]: ...
+    async def sample_profiles(self, n: int) -> list[Profile]: ...
+    async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict: ...
+    async def controller_state(self) -> dict: ...
+    async def grpo_step(self, samples: list[Sample]) -> StepMetrics: ...
+    async def broadcast_weights(self, version: int) -> SyncResult: ...
+    def save_weights(self, directory: Path) -> Any: ...
+    async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
+                               curriculum: Optional[dict] = None) -> dict: ...
+
+
+@dataclass
+class Dialogues:
+    """Phase 2's record."""
+    rollout: RolloutResult
+    records: list[dict]            # as written to dialogues/iter_NNNN.jsonl
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return self.rollout.trajectories
+
+
+@dataclass
+class Learning:
+    """Phase 3's record."""
+    rewards: list[float]
+    step: StepMetrics
+    sync: SyncResult
+    policy_version: int
+
+
+def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
+    """The trainer's view of the calls: token ids, loss mask, rollout logprobs, advantage."""
+    return [Sample(t.token_ids[:max_seq_len], t.loss_mask[:max_seq_len], t.rollout_logprobs[:max_seq_len], a)
+            for t, a in zip(trajectories, advantages) if t.token_ids and sum(t.loss_mask)]
+
+
+class SelfEvolutionLoop:
+    def __init__(self, cfg: SeadConfig, scenario: Scenario, system: LoopSystem, run_dir: Path,
+                 start: TrainState, saved: bool):
+        self.cfg, self.scenario, self.system, self.run_dir = cfg, scenario, system, Path(run_dir)
+        self.done = start              # the last completed iteration, its controller state and policy version
+        self.saved_iteration = start.iteration if saved else 0
+        self.stop_requested = False
+
+    # -- the four phases
+
+    async def sample_profiles(self) -> list[Profile]:
+        return await self.system.sample_profiles(self.cfg.train.batch_size)
+
+    async def play_dialogues(self, iteration: int, profiles: list[Profile]) -> Dialogues:
+        train, dialogue = self.cfg.train, self.cfg.dialogue
+        rollout = await self._unless_stopped(run_dialogues(
+            self.system.endpoints(), self.cfg, self.scenario, profiles, iteration=iteration, phase="train",
+            sampling=dialogue.agent_train, rollouts_per_profile=train.rollouts_per_profile,
+            privileged_user_view=dialogue.privileged_user_view))
+        path = self.run_dir / "dialogues" / f"iter_{iteration:04d}.jsonl"
+        return Dialogues(rollout, write_dialogues(path, rollout, self.scenario))
+
+    async def learn(self, iteration: int, dialogues: Dialogues) -> Learning:
+        train, trajs = self.cfg.train, dialogues.trajectories
+        rewards = [trajectory_reward(t.success, t.agent_parse_failures, train.success_reward, train.format_penalty)
+                   for t in trajs]
+        advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
+        if advantages and all(a == 0 for a in advantages):
+            log.warning("iter %d: all advantages are 0 (no reward differences within the %s baseline, CR %d/%d): "
+                        "the policy-gradient term of this step is 0", iteration, train.advantage_mode,
+                        sum(t.success for t in trajs), len(trajs))
+        samples = samples_from(trajs, advantages, train.max_seq_len)
+        log.info("iter %d GRPO: %d trajectories, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration,
+                 len(samples), sum(len(x.token_ids) for x in samples), sum(sum(x.loss_mask) for x in samples),
+                 self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)
+        step = await self.system.grpo_step(samples)
+        version = self.done.policy_version + 1
+        sync = await self.system.broadcast_weights(version)
+        log.info("iter %d GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> agent engine in %.1f s (%s)",
+                 iteration, step.step_s, step.loss, step.grad_norm or 0.0, version, sync.total_s,
+                 self.cfg.weight_sync.transport)
+        return Learning(rewards, step, sync, version)
+
+    async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
+        snapshot = await self.system.update_curriculum((t.profile.state, t.success) for t in dialogues.trajectories)
+        write_json(self.run_dir / "curriculum" / f"iter_{iteration:04d}.json", {"iteration": iteration, **snapshot})
+        return snapshot
+
+    # -- one iteration, the run
+
+    async def iteration(self, iteration: int) -> dict:
+        t0 = time.perf_counter()
+        await self.system.rescale()   # `user_sim.engines: auto`: follow rollout nodes joining/leaving
+        profiles = await self.sample_profiles()
+        dialogues = await self.play_dialogues(iteration, profiles)
+        learning = await self.learn(iteration, dialogues)       # from here on the iteration completes
+        curriculum = await self.analyse_mistakes(iteration, dialogues)
+        self.done = TrainState(iteration, await self.system.controller_state(), learning.policy_version)
+        return await self._log(iteration, dialogues, learning, curriculum, time.perf_counter() - t0)
+
+    async def run(self) -> None:
+        train = self.cfg.train
+        for iteration in range(self.done.iteration + 1, train.iterations + 1):
+            if self.stop_requested:
+                raise StopRequested
+            await self.iteration(iteration)
+            if train.checkpoint_every and iteration % train.checkpoint_every == 0 or iteration == train.iterations:
+                self.save()
+
+    def save(self) -> None:
+        """Checkpoint the last completed iteration (if not saved yet)."""
+        if self.done.iteration > self.saved_iteration:
+            save_checkpoint(self.system.save_weights, self.run_dir, self.done, self.cfg.train.keep_checkpoints)
+            self.saved_iteration = self.done.iteration
+
+    async def _log(self, iteration: int, dialogues: Dialogues, learning: Learning, curriculum: dict,
+                   seconds: float) -> dict:
+        rollout, step = dialogues.rollout, learning.step
+        extra = {"dialogues_per_s": rollout.dialogues_per_s, "agent_tokens_per_s": rollout.agent_tokens_per_s,
+                 "rollout_s": rollout.wall_s, "reward_mean": sum(learning.rewards) / max(1, len(learning.rewards)),
+                 "policy_version": learning.policy_version, "sync_s": learning.sync.total_s, "sync_mb": learning.sync.mb,
+                 "user_engines": self.system.user_engines, "iteration_s": seconds,
+                 **{f"train_{k}": v for k, v in step.to_json().items()}}
+        row = await self.system.record_iteration(iteration, "train", dialogues.records, extra, curriculum)
+        log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %.2e, %.0f s", iteration,
+                 self.cfg.train.iterations, row["cr"] or 0.0, extra["reward_mean"], step.loss,
+                 step.logprob_mismatch_mean, seconds)
+        return row
+
+    async def _unless_stopped(self, coro):
+        """Run phase 2, cancelling it when a stop was requested (the iteration is then discarded)."""
+        task = asyncio.ensure_future(coro)
+        while not task.done():
+            await asyncio.wait([task], timeout=0.5)
+            if self.stop_requested and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                raise StopRequested
+        return task.result()

@@ -1,0 +1,160 @@
+"""Phase 2, playing the calls: one asyncio task per dialogue, each awaiting its own agent and user
+turns, so the engines batch whatever is in flight and a short call never waits for a long one.
+
+The engines are reached through two small endpoints (`AgentEndpoint`, `UserEndpoint`); on Ray they
+are the agent and user-simulator pools of actors/, in tests they can be plain objects.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .config import SamplingConfig, SeadConfig
+from .dialogue import AgentTurnOutput, Trajectory, UserRequest, UserTurnOutput, run_dialogue, turn_seed
+from .jsonl import write_jsonl
+from .profiles import Profile
+from .prompts.agent import agent_messages
+from .scenario import Scenario
+from .tokens import IncrementalChatEncoder
+
+log = logging.getLogger(__name__)
+
+
+class AgentEndpoint(Protocol):
+    async def generate(self, dialogue_id: str, prompt_ids: list[int], *, seed: int | None, request_id: str,
+                       temperature: float, top_p: float, max_tokens: int) -> AgentTurnOutput: ...
+    def release(self, dialogue_id: str) -> None: ...
+
+
+class UserEndpoint(Protocol):
+    async def respond(self, request: UserRequest) -> UserTurnOutput: ...
+    def release(self, dialogue_id: str) -> None: ...
+
+
+@dataclass
+class RolloutEndpoints:
+    """What phase 2 plays against."""
+    agent: AgentEndpoint
+    users: UserEndpoint
+    tokenizer: Any                 # the agent's tokenizer: contexts are kept as its token ids
+    engines: int                   # engines busy while calls run (their wall time is the calls' cost)
+
+
+def dialogue_seed(base_seed: int, iteration: int, index: int, rollout: int = 0) -> int:
+    return (base_seed * 7_919 + iteration * 104_729 + index * 1_299_709 + rollout * 15_485_863) % (2**31 - 1)
+
+
+class Progress:
+    """A tqdm bar of finished dialogues on a terminal (with turns played and the running CR), plain
+    log lines otherwise (every ~10 % of dialogues, and every 30 s while turns are being played)."""
+
+    def __init__(self, total: int, desc: str):
+        self.total, self.desc, self.done, self.turns, self.successes = total, desc, 0, 0, 0
+        self.bar = None
+        self.t0 = self.last_log = time.perf_counter()
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc=desc, unit="dlg", dynamic_ncols=True)
+        else:
+            log.info("%s: %d to go", desc, total)
+
+    def _postfix(self) -> str:
+        return f"turns {self.turns}, CR {self.successes / max(1, self.done):.2f}"
+
+    def _log(self) -> None:
+        self.last_log = time.perf_counter()
+        log.info("%s: %d/%d done, %s (%.0f s)", self.desc, self.done, self.total, self._postfix(),
+                 self.last_log - self.t0)
+
+    def turn(self) -> None:
+        self.turns += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(self._postfix(), refresh=False)
+        elif time.perf_counter() - self.last_log > 30:
+            self._log()
+
+    def update(self, success: bool) -> None:
+        self.done += 1
+        self.successes += int(success)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(self._postfix())
+        elif self.done == self.total or self.done % max(1, self.total // 10) == 0:
+            self._log()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory]
+    wall_s: float
+    agent_tokens: int
+    engines: int
+
+    @property
+    def dialogues_per_s(self) -> float:
+        return len(self.trajectories) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def agent_tokens_per_s(self) -> float:
+        return self.agent_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: Scenario, profiles: Sequence[Profile],
+                        *, iteration: int, phase: str, sampling: SamplingConfig, rollouts_per_profile: int = 1,
+                        privileged_user_view: bool = False) -> RolloutResult:
+    """Every (profile, rollout) as its own asyncio task; returns when all calls ended."""
+    params = sampling.as_params()
+    prefix = agent_messages(scenario, [], [])
+    progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
+
+    async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
+        did = f"it{iteration:04d}-p{index:04d}-r{rollout}"
+        seed = dialogue_seed(cfg.seed, iteration, index, rollout)
+
+        async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: list) -> AgentTurnOutput:
+            progress.turn()
+            return await endpoints.agent.generate(
+                dialogue_id, prompt_ids, seed=turn_seed(seed, turn) if sampling.temperature > 0 else None,
+                request_id=f"{dialogue_id}-a{turn}", **params)
+
+        try:
+            traj = await run_dialogue(did, profile, scenario, agent_fn, endpoints.users.respond,
+                                      max_turns=cfg.dialogue.max_turns, seed=seed, user_retries=cfg.dialogue.user_retries,
+                                      encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix,
+                                                                     cfg.dialogue.agent_prefill),
+                                      privileged_user_view=privileged_user_view, agent_prefill=cfg.dialogue.agent_prefill)
+        finally:
+            endpoints.agent.release(did)
+            endpoints.users.release(did)
+        traj.group, traj.iteration = index, iteration
+        progress.update(traj.success)
+        return traj
+
+    t0 = time.perf_counter()
+    try:
+        trajectories = await asyncio.gather(*(one(i, p, r) for i, p in enumerate(profiles)
+                                              for r in range(rollouts_per_profile)))
+    finally:
+        progress.close()
+    wall = time.perf_counter() - t0
+    for t in trajectories:  # each dialogue's share of the engines' wall time (cost metric)
+        t.accel_seconds = wall * endpoints.engines / max(1, len(trajectories))
+    tokens = sum(x.agent_tokens for t in trajectories for x in t.turns)
+    return RolloutResult(list(trajectories), wall, tokens, endpoints.engines)
+
+
+def write_dialogues(path: Path, result: RolloutResult, scenario: Scenario) -> list[dict]:
+    """The dialogues file (one dialogue a line, `sead-ray metrics` format); returns the records."""
+    records = [t.to_json(scenario) for t in result.trajectories]
+    write_jsonl(path, records)
+    return records

@@ -1,0 +1,186 @@
+"""What crosses between the loop and the training ranks: settings, requests, per-rank results, and the
+one function that turns per-rank results into the step's figures (pure; no Ray, no DeepSpeed).
+
+Per-rank results carry token *sums*; means are taken once, over the whole batch, in `aggregate_step`.
+(Averaging per-rank means, or summing micro-batch losses scaled for DeepSpeed's gradient averaging,
+gives figures off by the accumulation steps or the ranks' token shares.)
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+
+class TrainerError(RuntimeError):
+    """A training rank failed (the message carries its traceback) or stopped answering."""
+
+
+@dataclass
+class Sample:
+    """One trajectory as the trainer needs it."""
+    token_ids: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float]
+    advantage: float
+
+
+@dataclass
+class TrainerSettings:
+    """Everything a training rank needs to build its engine and run GRPO steps."""
+    model_path: str
+    seed: int
+    dtype: str
+    lr: float
+    zero_stage: int
+    micro_batch_size: int
+    grad_accum_steps: int
+    grad_clip: float
+    clip_eps: float
+    kl_coef: float
+    entropy_coef: float
+    ppo_epochs: int
+    max_seq_len: int
+    gradient_checkpointing: bool
+
+    @classmethod
+    def from_config(cls, cfg: Any, model_path: str) -> TrainerSettings:
+        t = cfg.train
+        return cls(model_path=model_path, seed=cfg.seed, dtype=cfg.models.dtype, lr=t.lr,
+                   zero_stage=cfg.trainer.zero_stage, micro_batch_size=t.micro_batch_size,
+                   grad_accum_steps=grad_accum_steps(t.batch_size * t.rollouts_per_profile, cfg.trainer.num_workers,
+                                                     t.micro_batch_size),
+                   grad_clip=t.grad_clip, clip_eps=t.clip_eps, kl_coef=t.kl_coef, entropy_coef=t.entropy_coef,
+                   ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing)
+
+
+def grad_accum_steps(batch: int, world_size: int, micro_batch_size: int) -> int:
+    """Micro-batches per rank so that one optimizer step covers the whole batch."""
+    return max(1, math.ceil(math.ceil(batch / world_size) / micro_batch_size))
+
+
+# --------------------------------------------------------------------------- requests (one per command)
+
+@dataclass
+class StepRequest:
+    """One GRPO update; each rank also receives its shard of samples."""
+    global_tokens: int            # agent tokens of the whole batch: the loss is their mean
+
+
+@dataclass
+class SyncRequest:
+    """Gather the weights (every rank) and publish them as `version` (rank 0)."""
+    version: int
+    transport: str
+    bucket_mb: int
+
+
+@dataclass
+class SaveRequest:
+    directory: str
+
+
+@dataclass
+class LoadRequest:
+    directory: str
+
+
+@dataclass
+class LogprobsRequest:
+    """Trainer-side logprobs of the sequences in the shard (every rank gets the same shard)."""
+
+
+@dataclass
+class StopRequest:
+    pass
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclass
+class WorkerReady:
+    rank: int
+    zero_stage: int
+    local_params: int             # parameter elements this rank holds (ZeRO-3 partitions them)
+    total_params: int
+
+
+@dataclass
+class WorkerFailure:
+    rank: int
+    traceback: str
+
+
+@dataclass
+class RankStepResult:
+    """One rank's share of a GRPO step, as token sums (epoch 0 of the step)."""
+    rank: int
+    tokens: int                   # agent tokens trained on by this rank
+    loss_sum: float
+    pg_loss_sum: float
+    kl_sum: float
+    entropy_sum: float
+    clipped_tokens: float
+    mismatch_sum: float           # |rollout logprob - trainer logprob| over the agent tokens
+    mismatch_max: float
+    seq_tokens: int               # every token of the rank's sequences (throughput)
+    grad_norm: Optional[float] = None
+    seconds: float = 0.0
+    peak_mem_mb: float = 0.0
+
+
+@dataclass
+class StepMetrics:
+    """The step's figures over the whole batch (logged as `train_<name>`)."""
+    loss: float
+    pg_loss: float
+    kl: float
+    entropy: float
+    clip_fraction: float
+    grad_norm: Optional[float]
+    agent_tokens: int
+    step_s: float
+    tokens_per_s: float
+    logprob_mismatch_mean: float
+    logprob_mismatch_max: float
+    peak_mem_mb: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def aggregate_step(results: Sequence[RankStepResult], wall_s: float) -> StepMetrics:
+    """Per-token means over every rank's tokens; the grad norm is global already (rank 0 reports it)."""
+    tokens = sum(r.tokens for r in results)
+
+    def mean(key: str) -> float:
+        return sum(getattr(r, key) for r in results) / max(1, tokens)
+    return StepMetrics(
+        loss=mean("loss_sum"), pg_loss=mean("pg_loss_sum"), kl=mean("kl_sum"), entropy=mean("entropy_sum"),
+        clip_fraction=mean("clipped_tokens"), grad_norm=results[0].grad_norm if results else None,
+        agent_tokens=tokens, step_s=wall_s,
+        tokens_per_s=sum(r.seq_tokens for r in results) / wall_s if wall_s > 0 else 0.0,
+        logprob_mismatch_mean=mean("mismatch_sum"), logprob_mismatch_max=max((r.mismatch_max for r in results), default=0.0),
+        peak_mem_mb=max((r.peak_mem_mb for r in results), default=0.0))
+
+
+@dataclass
+class SyncResult:
+    version: int
+    mb: float
+    gather_publish_s: float
+    apply_s: Optional[float]
+    total_s: float
+
+
+def shard_samples(samples: Sequence[Sample], world_size: int, per_rank_capacity: int) -> list[list[Sample]]:
+    """Spread samples over ranks, longest first, to the rank with the fewest tokens that has room."""
+    shards: list[list[Sample]] = [[] for _ in range(world_size)]
+    loads = [0] * world_size
+    for s in sorted(samples, key=lambda s: -len(s.token_ids)):
+        candidates = [r for r in range(world_size) if len(shards[r]) < per_rank_capacity]
+        r = min(candidates or range(world_size), key=lambda r: loads[r])
+        shards[r].append(s)
+        loads[r] += len(s.token_ids)
+    return shards
