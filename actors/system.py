@@ -31,7 +31,7 @@ from placement import (
     remove_placement_groups,
     user_engine_count,
 )
-from sead_ray.config import SeadConfig
+from sead_ray.config import ConfigError, SeadConfig
 from sead_ray.models import resolve_model
 from sead_ray.profiles import Profile
 from sead_ray.rollout import RolloutEndpoints
@@ -61,6 +61,26 @@ def init_ray(cfg: SeadConfig) -> dict:
     return resources
 
 
+def _sees(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def unshared_run_dir_nodes(run_dir: Path) -> list[str]:
+    """The alive nodes that do not see `run_dir` (the stats actor and the trainer's rank 0 may land on
+    any node and write there): a marker file is written here and looked for from a task on each node."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    marker = Path(run_dir) / f".sead-shared-check-{os.getpid()}"
+    marker.write_text("")
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        sees = ray.remote(num_cpus=0)(_sees)
+        seen = ray.get([sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                        .remote(str(marker)) for n in nodes], timeout=120)
+    finally:
+        marker.unlink(missing_ok=True)
+    return [f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})" for n, ok in zip(nodes, seen) if not ok]
+
+
 @dataclass
 class RolloutRoles:
     """The rollout side of the system, started once per run."""
@@ -77,7 +97,7 @@ class RolloutRoles:
 
     @property
     def agent(self) -> Any:
-        """The first agent engine's actor (weights are published to it)."""
+        """The first agent engine's actor."""
         return next(iter(self.agents.actors.values()))
 
     def endpoints(self) -> RolloutEndpoints:
@@ -101,25 +121,27 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
 
     agent_path = str(resolve_model(agent_model))
     user_path = str(resolve_model(cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
-    n_user = user_engine_count(cfg, ray.cluster_resources())
-    counts = {"agent_policy": 1, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
+    n_agent, n_user = cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
+    counts = {"agent_policy": n_agent, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
               "trainer": trainer_workers}
     plan = create_placement_groups(cfg, counts)
     log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
 
-    agent = AgentPolicyActor.options(**actor_options(plan, "agent_policy", 0)).remote(
-        engine_spec_from_config(cfg, agent_path, cfg.seed, _engine_bind(cfg, 0)))
+    agents = [AgentPolicyActor.options(**actor_options(plan, "agent_policy", i)).remote(
+        engine_spec_from_config(cfg, "agent_policy", agent_path, cfg.seed + 1000 * i, _engine_bind(cfg, i)))
+        for i in range(n_agent)]
     roles = RolloutRoles(cfg, scenario, AgentPool({}), UserSimPool({}), plan=plan, user_path=user_path)
     users = [launch_user_sim(roles, i) for i in range(n_user)]
     t0 = time.perf_counter()
-    log.info("starting %d engine(s): agent %s; user simulator %s x %d", 1 + (n_user if user_path else 0),
-             agent_model, cfg.models.user if user_path else "rule", n_user)
-    started = await asyncio.gather(agent.start.remote(), *(u.start.remote() for _, u in users))
+    log.info("starting %d engine(s): agent %s x %d; user simulator %s x %d", n_agent + (n_user if user_path else 0),
+             agent_model, n_agent, cfg.models.user if user_path else "rule", n_user)
+    started = await asyncio.gather(*(a.start.remote() for a in agents), *(u.start.remote() for _, u in users))
     log.info("engines ready in %.0f s", time.perf_counter() - t0)
-    roles.agents.add("agent-0", agent, started[0])
-    for index, ((name, actor), info) in enumerate(zip(users, started[1:])):
+    for index, (actor, info) in enumerate(zip(agents, started[:n_agent])):
+        roles.agents.add(f"agent-{index}", actor, info)
+    for index, ((name, actor), info) in enumerate(zip(users, started[n_agent:])):
         roles.users.add(name, actor, {**info, "placement_index": index})
-    roles.startup = {"agent": started[0], "user_sims": started[1:]}
+    roles.startup = {"agent": started[0], "agents": started[:n_agent], "user_sims": started[n_agent:]}
     roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
     if with_stats:
         roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(str(run_dir), scenario.schema)
@@ -132,7 +154,8 @@ def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
     """Create (not yet start) the user simulator actor in bundle `index` of the user_sim role."""
     cfg = roles.cfg
     name = f"user-sim-{index}"
-    spec = (engine_spec_from_config(cfg, roles.user_path, cfg.seed + 1 + index, _engine_bind(cfg, index + 1))
+    spec = (engine_spec_from_config(cfg, "user_sim", roles.user_path, cfg.seed + 1 + index,
+                                    _engine_bind(cfg, cfg.agent.engines + index))
             if roles.user_path else None)
     actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user_sim", index)).remote(
         name, roles.scenario, cfg.user_sim.backend, cfg.dialogue.user.as_params(), spec=spec,
@@ -215,9 +238,18 @@ class TrainingSystem:
     @classmethod
     async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path) -> TrainingSystem:
         from actors.trainer import TrainerGroup
+        from actors.weight_sync import transport_placement_problem
+        problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")])
+        if problem:
+            raise ConfigError(problem)
+        blind = unshared_run_dir_nodes(run_dir)
+        if blind:
+            raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
+                              "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
         roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
                                           trainer_workers=cfg.trainer.num_workers)
-        system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir, agent=roles.agent))
+        system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir,
+                                         agents=list(roles.agents.actors.values())))
         try:
             system.trainer.start()
         except BaseException:
@@ -251,7 +283,15 @@ class TrainingSystem:
         self.trainer.load(checkpoint)
 
     async def grpo_step(self, samples: list[Sample]) -> StepMetrics:
-        return self.trainer.step(samples)
+        """One GRPO update. Colocated (`placement.colocate`): the engines sleep while the trainer steps and
+        wake before the new weights arrive (vLLM cannot load weights into a sleeping engine)."""
+        if not self.roles.cfg.placement.colocate:
+            return self.trainer.step(samples)
+        await asyncio.gather(self.roles.agents.call_alive("sleep"), self.roles.users.call_alive("sleep"))
+        try:
+            return self.trainer.step(samples)
+        finally:
+            await asyncio.gather(self.roles.agents.call_alive("wake_up"), self.roles.users.call_alive("wake_up"))
 
     async def broadcast_weights(self, version: int) -> SyncResult:
         return self.trainer.sync_weights(version)

@@ -131,6 +131,7 @@ class _Worker:
             self.ref, *_ = deepspeed.initialize(model=ref_model, config=ref_config, dist_init_required=False)
             self.ref.eval()
         self.steps = 0
+        self.transport = None      # actors.weight_sync transport, built at the first sync
 
     def ready(self) -> WorkerReady:
         params = list(self.engine.module.parameters())
@@ -173,37 +174,22 @@ class _Worker:
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
 
-    def gathered_params(self):
-        """Yield (name, full tensor on CPU) on rank 0, (name, None) elsewhere; every rank must iterate
-        (under ZeRO-3 each gather is a collective)."""
-        import deepspeed
-        for name, param in self.engine.module.named_parameters():
-            if self.settings.zero_stage == 3:
-                with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
-                    full = param.data.detach().to("cpu", copy=True) if self.rank == 0 else None
-            else:
-                full = param.data.detach().to("cpu", copy=True) if self.rank == 0 else None
-            yield name, full
+    def weights(self) -> GatheredWeights:
+        return GatheredWeights(self.engine.module, self.settings.zero_stage, self.rank)
 
-    def sync_weights(self, request: SyncRequest, agent: Any) -> Optional[SyncResult]:
-        from actors.weight_sync import publish
-        t0 = time.perf_counter()
-        stream = self.gathered_params()
-        if self.rank != 0:
-            for _ in stream:
-                pass
-            return None
-        handle = publish(stream, request.version, request.transport, request.bucket_mb)
-        gather_publish = time.perf_counter() - t0
-        info = ray.get(agent.apply_weights.remote(handle)) if agent is not None else {}
-        return SyncResult(request.version, handle.nbytes / 2**20, gather_publish, info.get("apply_s"),
-                          time.perf_counter() - t0)
+    def sync_weights(self, request: SyncRequest, agents: list) -> Optional[SyncResult]:
+        """Every rank takes part (gathers are collectives); rank 0 ships to every agent engine."""
+        if self.transport is None:
+            from actors.weight_sync import make_transport
+            self.transport = make_transport(request.transport, agents=agents, rank=self.rank,
+                                            bucket_mb=request.bucket_mb, workers_per_engine=request.workers_per_engine)
+        return self.transport.send(self.weights(), request.version)
 
     def save(self, request: SaveRequest) -> float:
         """HF folder (model + tokenizer, loadable by transformers and vLLM) and DeepSpeed state."""
         t0 = time.perf_counter()
         directory = Path(request.directory)
-        full = {name: t for name, t in self.gathered_params() if self.rank == 0}
+        full = {name: t.detach().to("cpu", copy=True) for name, t in self.weights() if self.rank == 0}
         if self.rank == 0:
             hf = directory / "hf"
             hf.mkdir(parents=True, exist_ok=True)
@@ -247,7 +233,7 @@ def train_loop_per_worker(config: dict) -> None:
         return
     handlers = {
         StepRequest: worker.step,
-        SyncRequest: lambda request, _: worker.sync_weights(request, config.get("agent")),
+        SyncRequest: lambda request, _: worker.sync_weights(request, config["agents"]),
         SaveRequest: lambda request, _: worker.save(request),
         LoadRequest: lambda request, _: worker.load(request),
         LogprobsRequest: worker.logprobs,
@@ -268,16 +254,39 @@ def train_loop_per_worker(config: dict) -> None:
         seq += 1
 
 
+class GatheredWeights:
+    """The model's parameters in HF naming for weight sync and checkpoints: `metadata()` without
+    gathering; iterating gathers one parameter at a time on every rank (a collective under ZeRO-3) and
+    yields the full tensor on rank 0 (valid until the next one), None elsewhere."""
+
+    def __init__(self, module: Any, zero_stage: int, rank: int):
+        self.module, self.zero_stage, self.rank = module, zero_stage, rank
+
+    def metadata(self) -> list:
+        from vllm.distributed.weight_transfer.base import ParamMeta
+        return [ParamMeta(name, p.dtype, tuple(p.ds_shape if self.zero_stage == 3 else p.shape))
+                for name, p in self.module.named_parameters()]
+
+    def __iter__(self):
+        import deepspeed
+        for name, param in self.module.named_parameters():
+            if self.zero_stage == 3:
+                with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+                    yield name, param.data if self.rank == 0 else None
+            else:
+                yield name, param.data if self.rank == 0 else None
+
+
 # --------------------------------------------------------------------------- driver side
 
 class TrainerGroup:
     """Driver-side handle: start the TorchTrainer once, then send it GRPO steps and sync requests."""
 
-    def __init__(self, cfg: Any, model_path: str, run_dir: Path, agent: Any = None):
+    def __init__(self, cfg: Any, model_path: str, run_dir: Path, agents: Sequence[Any] = ()):
         self.cfg = cfg
         self.settings = TrainerSettings.from_config(cfg, model_path)
         self.run_dir = Path(run_dir).resolve()
-        self.agent = agent
+        self.agents = list(agents)       # the agent engines every weight version goes to
         self.world = cfg.trainer.num_workers
         self.seq = 0
         self.thread: Optional[threading.Thread] = None
@@ -298,7 +307,7 @@ class TrainerGroup:
         backend = cfg.trainer.backend if cfg.trainer.backend != "auto" else ("nccl" if use_gpu else "gloo")
         trainer = TorchTrainer(
             train_loop_per_worker,
-            train_loop_config={"mailbox": self.mailbox, "agent": self.agent, "settings": self.settings},
+            train_loop_config={"mailbox": self.mailbox, "agents": self.agents, "settings": self.settings},
             scaling_config=ScalingConfig(num_workers=self.world, use_gpu=use_gpu,
                                          resources_per_worker=worker_resources(cfg.placement.trainer),
                                          placement_strategy=cfg.placement.strategy),
@@ -348,8 +357,9 @@ class TrainerGroup:
         return aggregate_step(results, time.perf_counter() - t0)
 
     def sync_weights(self, version: int) -> SyncResult:
-        transport = self.cfg.weight_sync
-        return self._request(SyncRequest(version, transport.transport, transport.bucket_mb))[0]
+        sync = self.cfg.weight_sync
+        return self._request(SyncRequest(version, sync.transport, sync.bucket_mb,
+                                         self.cfg.agent.tensor_parallel_size))[0]
 
     def save(self, directory: Path) -> float:
         return max(self._request(SaveRequest(str(directory))))

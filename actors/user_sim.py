@@ -78,6 +78,14 @@ class UserSimActor:
         return UserTurnOutput(parsed.reply, parsed.state, parsed.status, parsed.ok, raw=gen.text, error=error,
                               engine=self.name)
 
+    async def sleep(self) -> None:
+        if self.engine is not None:
+            await self.engine.sleep()
+
+    async def wake_up(self) -> None:
+        if self.engine is not None:
+            await self.engine.wake_up()
+
     async def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks compare schedules from a cold cache)."""
         if self.engine is not None:

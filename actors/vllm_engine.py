@@ -26,10 +26,13 @@ class EngineSpec:
     max_num_seqs: int = 64
     seed: int = 0
     omp_threads_bind: str = ""      # e.g. "0" or "1": pin this engine to its own core(s) on CPU
+    tensor_parallel_size: int = 1
+    # CPU: eager mode, and prefills scheduled whole (vLLM 0.32 on CPU: a seeded request whose prefill
+    # is split into chunks kills the engine, "CPU Generator does not use offset"). CUDA: graphs + chunks.
     enforce_eager: bool = True
-    # vLLM 0.32 on CPU: a seeded request whose prefill is split into chunks kills the engine
-    # ("CPU Generator does not use offset"), so prefills are scheduled whole there.
     chunked_prefill: bool = False
+    weight_transfer_backend: str = ""   # gloo / nccl / ipc: vLLM's weight-transfer API is set up at start
+    sleep_mode: bool = False            # CUDA: the engine can release its memory while the trainer steps
 
 
 @dataclass
@@ -51,42 +54,24 @@ class WeightReloadExtension:
         from safetensors.torch import load_file
         tensors = load_file(path)
         self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
-        self._sead_refresh_lm_head()
+        refresh_tied_lm_head(self.model_runner.get_model())
         return len(tensors)
-
-    def _sead_refresh_lm_head(self) -> None:
-        """vLLM 0.32 on CPU packs the lm_head GEMM at load time; with tied embeddings (SmolLM2) the
-        reload updates the embedding but the lm_head keeps serving the packed old weights. Re-pack it
-        from the current weight (a no-op in effect for an untied head that reload already updated)."""
-        from vllm.platforms import current_platform
-        if not current_platform.is_cpu():
-            return
-        lm_head = getattr(self.model_runner.get_model(), "lm_head", None)
-        method = getattr(lm_head, "quant_method", None)
-        if method is not None and hasattr(method, "process_weights_after_loading"):
-            method.process_weights_after_loading(lm_head)
 
     def sead_ping(self) -> str:
         return "ok"
 
-    # GPU (nccl transport, see actors/weight_sync.py); not runnable on CPU machines.
-    def sead_init_nccl(self, host: str, port: int, world_size: int, rank: int) -> None:
-        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-        from vllm.distributed.utils import StatelessProcessGroup
-        group = StatelessProcessGroup.create(host=host, port=port, rank=rank, world_size=world_size)
-        self._sead_comm = PyNcclCommunicator(group, device=self.device)
 
-    def sead_receive_nccl(self, metadata: list) -> int:
-        import torch
-        received = []
-        for name, dtype, shape in metadata:
-            buffer = torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=self.device)
-            self._sead_comm.broadcast(buffer, src=0, stream=torch.cuda.current_stream())
-            received.append((name, buffer))
-        torch.cuda.synchronize()
-        self.model_runner.reload_weights(weights_iterator=iter(received), is_checkpoint_format=True)
-        self._sead_refresh_lm_head()
-        return len(received)
+def refresh_tied_lm_head(model: Any) -> None:
+    """vLLM 0.32 on CPU packs the lm_head GEMM at load time; with tied embeddings (SmolLM2) a reload
+    updates the embedding but the lm_head keeps serving the packed old weights. Re-pack it from the
+    current weight (in effect a no-op for an untied head, which the reload already updated)."""
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        return
+    lm_head = getattr(model, "lm_head", None)
+    method = getattr(lm_head, "quant_method", None)
+    if method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(lm_head)
 
 
 class VLLMEngine:
@@ -112,6 +97,9 @@ class VLLMEngine:
             max_model_len=self.spec.max_model_len, max_num_seqs=self.spec.max_num_seqs,
             kv_cache_memory_bytes=self.spec.kv_cache_mb << 20, enforce_eager=self.spec.enforce_eager,
             worker_extension_cls=WORKER_EXTENSION, disable_log_stats=True,
+            tensor_parallel_size=self.spec.tensor_parallel_size, enable_sleep_mode=self.spec.sleep_mode,
+            weight_transfer_config=({"backend": self.spec.weight_transfer_backend}
+                                    if self.spec.weight_transfer_backend else None),
             enable_chunked_prefill=self.spec.chunked_prefill,
             max_num_batched_tokens=None if self.spec.chunked_prefill else self.spec.max_model_len,
             # Compact JSON (an engine-level switch in 0.32; the per-request flag is ignored): without
@@ -151,16 +139,32 @@ class VLLMEngine:
         await self.engine.reset_prefix_cache()
         return int(results[0])
 
-    async def init_nccl(self, host: str, port: int, world_size: int) -> None:
-        await self.engine.collective_rpc("sead_init_nccl", args=(host, port, world_size, 1))
+    # vLLM's RL weight-transfer API (backend set by EngineSpec.weight_transfer_backend at start)
+    async def init_weight_transfer(self, init_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+        await self.engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
 
-    async def receive_nccl(self, metadata: list) -> int:
-        results = await self.engine.collective_rpc("sead_receive_nccl", args=(metadata,))
-        await self.engine.reset_prefix_cache()
-        return int(results[0])
+    async def start_weight_update(self) -> None:
+        await self.engine.start_weight_update()
+
+    async def update_weights(self, update_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+        await self.engine.update_weights(WeightTransferUpdateRequest(update_info=update_info))
+
+    async def finish_weight_update(self) -> None:
+        await self.engine.finish_weight_update()
+        await self.engine.reset_prefix_cache()   # no KV computed with the old weights is reused
 
     async def reset_prefix_cache(self) -> None:
         await self.engine.reset_prefix_cache()
+
+    async def sleep(self, level: int = 1) -> None:
+        """Release weights (level 2) or offload them (level 1) and drop the KV cache; GPU only (vLLM-CPU
+        ignores it)."""
+        await self.engine.sleep(level=level)
+
+    async def wake_up(self) -> None:
+        await self.engine.wake_up()
 
     def is_dead(self) -> bool:
         """The engine process is gone (killed, crashed): requests to it can only fail."""
@@ -172,7 +176,18 @@ class VLLMEngine:
             self.engine = None
 
 
-def engine_spec_from_config(cfg: Any, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
+# weight_sync.transport values that go through vLLM's weight-transfer API (actors/weight_sync.py)
+VLLM_TRANSFER_BACKENDS = ("gloo", "nccl", "ipc")
+
+
+def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
+    """The engine of `role` (agent_policy or user_sim): CUDA settings where the role has GPUs."""
+    on_gpu = getattr(cfg.placement, role).gpus > 0
+    transport = cfg.weight_sync.transport
     return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=cfg.engine.kv_cache_mb,
                       max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
-                      seed=seed, omp_threads_bind=omp_threads_bind)
+                      seed=seed, omp_threads_bind=omp_threads_bind,
+                      tensor_parallel_size=(cfg.agent if role == "agent_policy" else cfg.user_sim).tensor_parallel_size,
+                      enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
+                      weight_transfer_backend=transport if role == "agent_policy" and transport in VLLM_TRANSFER_BACKENDS
+                      else "")

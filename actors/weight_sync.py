@@ -1,90 +1,125 @@
-"""Weight sync: one interface, several transports, from the trainer's rank 0 to the agent engine.
+"""Weight sync: one interface (`WeightTransport`), a registry keyed by `weight_sync.transport`, from
+the trainer's ranks to every agent engine.
 
-The trainer publishes a versioned stream of (name, full tensor) pairs in HF checkpoint naming (every
-ZeRO-3 rank takes part in gathering each parameter; only rank 0 holds the result). A transport turns
-the stream into a small picklable `WeightHandle`; the AgentPolicyActor applies the handle and from
-then on serves that version.
+Every trainer rank calls `send(source, version)` with the same `source` (under ZeRO-3 gathering each
+parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`.
 
-- `shm`:          same node. Rank 0 writes one safetensors file under /dev/shm; the engine reloads it.
-- `object_store`: any node. Rank 0 `ray.put`s buckets of about `bucket_mb`; the engine actor fetches
-                  them, writes its own local /dev/shm file and reloads.
-- `nccl`:         GPUs. Rank 0 broadcasts each tensor over an NCCL group joined by the engine's workers
-                  (see `NcclTransport`); never run on the CPU machines of CI.
+- `shm`:          same node. Rank 0 writes one safetensors file under /dev/shm; each engine reloads it.
+- `object_store`: any node. Rank 0 `ray.put`s buckets of about `bucket_mb`; each engine fetches them.
+- `gloo` / `nccl` / `ipc`: vLLM's RL weight-transfer API (`vllm.distributed.weight_transfer`):
+                  the trainer engine of the backend streams tensors straight into every engine's
+                  workers (gloo: actors.gloo_transfer, ours, on CPU; nccl: between GPUs; ipc:
+                  colocated on the same GPUs).
 """
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
-TRANSPORTS = ("shm", "object_store", "nccl")
+from sead_ray.trainer_protocol import SyncResult
 
 
 @dataclass
 class WeightHandle:
-    """What crosses from the trainer to the engine: a version and where its tensors are."""
+    """What crosses from the trainer to the engines (file transports): a version and its tensors."""
     version: int
     transport: str
     path: str = ""                                   # shm
     buckets: list = field(default_factory=list)      # object_store: ObjectRefs of {name: tensor}
-    names: list = field(default_factory=list)        # nccl: (name, dtype, shape) in send order
     nbytes: int = 0
-    publish_s: float = 0.0
+
+
+class WeightSource(Protocol):
+    """The trainer's weights, in HF checkpoint naming: `metadata()` without gathering, then one
+    `(name, full tensor)` pair at a time (the tensor is valid until the next pair; None off rank 0)."""
+    def metadata(self) -> list: ...
+    def __iter__(self): ...
+
+
+class WeightTransport(Protocol):
+    def send(self, source: WeightSource, version: int) -> Optional[SyncResult]: ...
 
 
 def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
-def publish(named_tensors: Iterable[tuple[str, Any]], version: int, transport: str, bucket_mb: int = 64,
-            tag: str = "sead") -> WeightHandle:
-    """Turn the full-tensor stream into a handle (rank 0 only)."""
-    t0 = time.perf_counter()
-    if transport == "shm":
+def _nbytes(tensors: Iterable[Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class _FileTransport:
+    """Base of `shm` and `object_store`: rank 0 publishes a handle, every engine applies it."""
+
+    def __init__(self, agents: list, rank: int, bucket_mb: int, workers_per_engine: int = 1):
+        self.agents, self.rank, self.bucket_mb = agents, rank, bucket_mb
+
+    def publish(self, pairs: Iterable[tuple[str, Any]], version: int) -> WeightHandle:
+        raise NotImplementedError
+
+    def send(self, source: WeightSource, version: int) -> Optional[SyncResult]:
+        import ray
+        t0 = time.perf_counter()
+        if self.rank != 0:
+            for _ in source:
+                pass
+            return None
+        handle = self.publish(((n, t.detach().to("cpu", copy=True)) for n, t in source), version)
+        published = time.perf_counter() - t0
+        try:
+            applied = ray.get([agent.apply_weights.remote(handle) for agent in self.agents])
+        finally:
+            if handle.path:
+                discard(handle.path)
+        return SyncResult(version, handle.nbytes / 2**20, published, max(a["apply_s"] for a in applied),
+                          time.perf_counter() - t0)
+
+
+class ShmTransport(_FileTransport):
+    def publish(self, pairs, version):
         from safetensors.torch import save_file
-        tensors = {name: t.contiguous() for name, t in named_tensors}
-        path = os.path.join(_shm_dir(), f"{tag}-weights-v{version}-{os.getpid()}.safetensors")
+        tensors = {name: t.contiguous() for name, t in pairs}
+        path = os.path.join(_shm_dir(), f"sead-weights-v{version}-{os.getpid()}.safetensors")
         save_file(tensors, path)
-        handle = WeightHandle(version, "shm", path=path, nbytes=sum(t.numel() * t.element_size() for t in tensors.values()))
-    elif transport == "object_store":
+        return WeightHandle(version, "shm", path=path, nbytes=_nbytes(tensors.values()))
+
+
+class ObjectStoreTransport(_FileTransport):
+    def publish(self, pairs, version):
         import ray
         buckets, current, size, total = [], {}, 0, 0
-        for name, t in named_tensors:
+        for name, t in pairs:
             current[name] = t.contiguous()
             size += t.numel() * t.element_size()
-            if size >= bucket_mb << 20:
+            if size >= self.bucket_mb << 20:
                 buckets.append(ray.put(current))
                 total, current, size = total + size, {}, 0
         if current:
             buckets.append(ray.put(current))
             total += size
-        handle = WeightHandle(version, "object_store", buckets=buckets, nbytes=total)
-    elif transport == "nccl":
-        raise ValueError("the nccl transport streams tensors while gathering: use NcclTransport.send")
-    else:
-        raise ValueError(f"unknown weight-sync transport {transport!r} (one of {TRANSPORTS})")
-    handle.publish_s = time.perf_counter() - t0
-    return handle
+        return WeightHandle(version, "object_store", buckets=buckets, nbytes=total)
 
 
 def materialize(handle: WeightHandle) -> tuple[str, bool]:
-    """On the engine's side: a local safetensors path for the handle, and whether to delete it after."""
+    """On an engine's side: a local safetensors path for the handle, and whether to delete it after
+    (the publisher removes a shm file once every engine applied it)."""
     if handle.transport == "shm":
-        return handle.path, True
-    if handle.transport == "object_store":
-        import ray
-        from safetensors.torch import save_file
-        tensors: dict = {}
-        for bucket in ray.get(list(handle.buckets)):
-            tensors.update(bucket)
-        path = os.path.join(_shm_dir(), f"sead-recv-v{handle.version}-{os.getpid()}.safetensors")
-        save_file(tensors, path)
-        return path, True
-    raise ValueError(f"transport {handle.transport!r} is not applied from a file")
+        return handle.path, False
+    import ray
+    from safetensors.torch import save_file
+    tensors: dict = {}
+    for bucket in ray.get(list(handle.buckets)):
+        tensors.update(bucket)
+    path = os.path.join(_shm_dir(), f"sead-recv-v{handle.version}-{os.getpid()}.safetensors")
+    save_file(tensors, path)
+    return path, True
 
 
 def discard(path: str) -> None:
@@ -94,28 +129,162 @@ def discard(path: str) -> None:
         pass
 
 
-class NcclTransport:
-    """GPU transport (written for vLLM 0.32 CUDA; not runnable on CPU machines).
+class EnginePoolClient:
+    """vLLM's weight-sync client protocol (`VLLMWeightSyncClient`) over the agent engine actors.
 
-    The trainer's rank 0 and the engine's worker(s) form a 2-party NCCL group through vLLM's
-    `StatelessProcessGroup` + `PyNcclCommunicator` (created on both sides with the same host/port);
-    rank 0 broadcasts each gathered tensor in order and the engine's worker extension receives into
-    fresh CUDA buffers and reloads them through `reload_weights`. Tensors never touch host memory.
-    """
+    vLLM's trainer engines address one inference deployment whose workers sit at group ranks
+    `rank_offset + worker rank`; our pool is several separate engines, so engine i's workers are
+    shifted by i x workers per engine."""
 
-    def __init__(self, host: str, port: int, world_size: int = 2, device: Optional[Any] = None):
-        import torch
-        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-        from vllm.distributed.utils import StatelessProcessGroup
-        self.device = device or torch.device("cuda", torch.cuda.current_device())
-        group = StatelessProcessGroup.create(host=host, port=port, rank=0, world_size=world_size)
-        self.comm = PyNcclCommunicator(group, device=self.device)
+    def __init__(self, agents: list, workers_per_engine: int):
+        self.agents, self.workers_per_engine = agents, workers_per_engine
+        self.version = 0
+        self.apply_s: Optional[float] = None
 
-    def send(self, named_tensors: Iterable[tuple[str, Any]], version: int) -> Iterator[tuple[str, str, tuple]]:
-        """Broadcast tensors from rank 0; yields (name, dtype, shape) so the caller can tell the engine
-        what to receive (the engine must be receiving concurrently)."""
-        import torch
-        for name, t in named_tensors:
-            t = t.to(self.device, non_blocking=True)
-            self.comm.broadcast(t, src=0, stream=torch.cuda.current_stream())
-            yield name, str(t.dtype).replace("torch.", ""), tuple(t.shape)
+    @property
+    def world_size(self) -> int:
+        return 1 + len(self.agents) * self.workers_per_engine
+
+    def _all(self, call: Callable[[int, Any], Any]) -> list:
+        import ray
+        return ray.get([call(i, agent) for i, agent in enumerate(self.agents)])
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        def shifted(i: int) -> dict:
+            if "rank_offset" not in init_info:
+                return init_info
+            return {**init_info, "rank_offset": init_info["rank_offset"] + i * self.workers_per_engine}
+        self._all(lambda i, a: a.init_weight_transfer_engine.remote(shifted(i)))
+
+    def start_weight_update(self) -> None:
+        self._t0 = time.perf_counter()
+        self._all(lambda i, a: a.start_weight_update.remote())
+
+    def update_weights(self, update_info: dict) -> None:
+        self._all(lambda i, a: a.update_weights.remote(update_info))
+
+    def finish_weight_update(self, weight_version: Optional[str] = None) -> None:
+        self._all(lambda i, a: a.finish_weight_update.remote(self.version))
+        self.apply_s = time.perf_counter() - self._t0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _rendezvous_info(cls_path: str, **extra) -> Callable[..., Any]:
+    """Trainer-side init info of a vLLM backend: a TCP rendezvous on rank 0's node."""
+    def build(rank: int, world_size: int, bucket_mb: int):
+        import importlib
+
+        import ray
+        module, name = cls_path.rsplit(":", 1)
+        cls = getattr(importlib.import_module(module), name)
+        return cls(master_address=ray.util.get_node_ip_address(), master_port=_free_port(), world_size=world_size,
+                   rank=rank, **{k: v(bucket_mb) if callable(v) else v for k, v in extra.items()})
+    return build
+
+
+def _ipc_info(rank: int, world_size: int, bucket_mb: int):
+    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+    return IPCTrainerInitInfo(rank=rank)
+
+
+# backend -> builder of its trainer-side init info (vLLM picks the trainer engine from the info's class)
+VLLM_BACKENDS: dict[str, Callable[..., Any]] = {
+    "gloo": _rendezvous_info("actors.gloo_transfer:GlooTrainerInitInfo"),
+    "nccl": _rendezvous_info("vllm.distributed.weight_transfer.nccl_engine:NCCLTrainerInitInfo", packed=True,
+                             packed_buffer_size_bytes=lambda mb: mb << 20),
+    "ipc": _ipc_info,
+}
+
+
+class VllmApiTransport:
+    """`gloo`, `nccl`, `ipc`: vLLM's trainer engine for the backend, built on the first send (every
+    rank; rank 0 rendezvouses with every engine's workers), then one `send_weights` per version."""
+
+    def __init__(self, agents: list, rank: int, bucket_mb: int, backend: str, workers_per_engine: int = 1):
+        self.client = EnginePoolClient(agents, workers_per_engine)
+        self.rank, self.bucket_mb, self.backend = rank, bucket_mb, backend
+        self.engine = None
+        self.source = _Relay()
+
+    def send(self, source: WeightSource, version: int) -> Optional[SyncResult]:
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        import actors.gloo_transfer
+        actors.gloo_transfer.register()
+        t0 = time.perf_counter()
+        self.source.current, self.client.version = source, version
+        if self.engine is None:
+            info = VLLM_BACKENDS[self.backend](self.rank, self.client.world_size, self.bucket_mb)
+            self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.client, source=self.source)
+        self.engine.send_weights()
+        if self.rank != 0:
+            return None
+        nbytes = sum(_numel(m.shape) * _element_size(m.dtype) for m in source.metadata())
+        # gathering and sending are one stream here: no separate publish time
+        return SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0)
+
+
+class _Relay:
+    """The engine keeps one source for its lifetime; each send points it at that version's weights."""
+    current: Any = None
+
+    def metadata(self) -> list:
+        return self.current.metadata()
+
+    def __iter__(self):
+        return iter(self.current)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _element_size(dtype) -> int:
+    import torch
+    return torch.empty((), dtype=dtype).element_size()
+
+
+TRANSPORTS: dict[str, Callable[..., WeightTransport]] = {
+    "shm": ShmTransport,
+    "object_store": ObjectStoreTransport,
+    **{name: partial(VllmApiTransport, backend=name) for name in VLLM_BACKENDS},
+}
+
+
+def make_transport(name: str, *, agents: list, rank: int, bucket_mb: int, workers_per_engine: int = 1) -> WeightTransport:
+    if name not in TRANSPORTS:
+        raise ValueError(f"unknown weight-sync transport {name!r} (one of {sorted(TRANSPORTS)})")
+    return TRANSPORTS[name](agents=agents, rank=rank, bucket_mb=bucket_mb, workers_per_engine=workers_per_engine)
+
+
+def transport_placement_problem(cfg: Any, nodes: list[dict]) -> Optional[str]:
+    """Why the configured transport cannot work on this cluster, before anything starts (None if it can).
+
+    `nodes`: the alive nodes as `{"NodeID", "NodeManagerAddress", "Resources"}` (ray.nodes())."""
+    from placement import bundle_for
+
+    def hosts(role: str) -> list[str]:
+        need = bundle_for(getattr(cfg.placement, role))
+        return [f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})" for n in nodes
+                if all(n["Resources"].get(k, 0.0) >= v for k, v in need.items())]
+    transport = cfg.weight_sync.transport
+    if transport == "shm":
+        candidates = sorted(set(hosts("trainer")) | set(hosts("agent_policy")))
+        if len(candidates) > 1:
+            return (f"weight_sync.transport = shm needs the trainer's rank 0 and every agent engine on one node "
+                    f"(a file in /dev/shm), but roles trainer and agent_policy can land on {len(candidates)} nodes: "
+                    f"{', '.join(candidates)}. Use gloo or object_store across nodes, or pin both roles with "
+                    "placement.<role>.node_resource")
+    if transport in ("nccl", "ipc"):
+        gpus = sum(n["Resources"].get("GPU", 0.0) for n in nodes)
+        if gpus == 0:
+            return f"weight_sync.transport = {transport} needs CUDA GPUs, and no node of the cluster has one"
+    return None

@@ -118,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "rebuilds it at any time, also while the run is going.")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="a `sead-ray train` run directory")
 
+    # plan
+    pl = sub.add_parser(
+        "plan", help="memory per GPU of a run config: trainer shards, activations, logits, engines' weights and KV",
+        description="Print the memory plan of a config per trainer rank and per engine: ZeRO-3 shards of parameters, "
+                    "gradients and optimizer state, the layers gathered in flight, one micro-batch's activations, "
+                    "the logits of the trained positions, each engine's weights and KV cache. The model's shape comes "
+                    "from its config.json, or from a table of known models when it is not downloaded yet.")
+    _add_config_args(pl)
+
     # eval
     ev = sub.add_parser(
         "eval", help="run an agent against the frozen user simulator and print the paper's metrics",
@@ -309,6 +318,25 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from .memory_plan import format_plan, model_shape
+    from .models import ModelError, resolve_model
+    cfg, _ = _load(args.config, args.overrides)
+
+    def shape(reference: str):
+        try:
+            folder = resolve_model(reference)
+        except ModelError:
+            folder = None
+        try:
+            return model_shape(reference, folder)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    user = shape(cfg.models.user) if cfg.user_sim.backend == "vllm" else None
+    print(format_plan(cfg, shape(cfg.models.agent), user))
+    return 0
+
+
 def cmd_metrics(args) -> int:
     from .metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
 
@@ -339,6 +367,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "eval": cmd_eval,
         "train": cmd_train,
         "report": cmd_report,
+        "plan": cmd_plan,
     }
     try:
         return handlers[args.command](args)

@@ -5,6 +5,7 @@ ConfigError naming the key and the file, which the CLI turns into exit code 2.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -27,9 +28,8 @@ def _range(lo: float | None = None, hi: float | None = None, doc: str = "") -> d
 
 def _f(default: Any, lo: float | None = None, hi: float | None = None, doc: str = ""):
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
-        factory = (lambda d=default: type(d)(**dataclasses.asdict(d))) if dataclasses.is_dataclass(default) \
-            else (lambda d=default: type(d)(d))
-        return field(default_factory=factory, metadata=_range(lo, hi, doc))
+        # a fresh deep copy per instance (asdict would turn nested sections into plain dicts)
+        return field(default_factory=lambda d=default: copy.deepcopy(d), metadata=_range(lo, hi, doc))
     return field(default=default, metadata=_range(lo, hi, doc))
 
 
@@ -111,6 +111,7 @@ class UserSimConfig:
     backend: Literal["vllm", "rule"] = _f("vllm")
     engines: Union[int, Literal["auto"]] = _f(1, doc="engines in the pool, or auto (one per rollout unit)")
     rule: RuleSimConfig = _f(RuleSimConfig())
+    tensor_parallel_size: int = _f(1, 1, 64, "GPUs per user-simulator engine")
 
 
 @dataclass
@@ -146,6 +147,7 @@ class PlacementConfig:
     user_sim: RoleResources = _f(RoleResources(cpus=0.5))
     trainer: RoleResources = _f(RoleResources(cpus=0.5))
     timeout_s: float = _f(60.0, 1.0, 86400.0, "fail fast when placement cannot be satisfied")
+    colocate: bool = _f(False, doc="trainer and engines share the GPUs: engines sleep while the trainer steps")
 
 
 @dataclass
@@ -157,8 +159,16 @@ class TrainerConfig:
 
 @dataclass
 class WeightSyncConfig:
-    transport: Literal["shm", "object_store", "nccl"] = _f("shm")
-    bucket_mb: int = _f(64, 1, 1 << 16)
+    # shm/object_store: files or object-store buckets reloaded by each engine; gloo/nccl/ipc: vLLM's
+    # weight-transfer API (gloo on CPU, nccl between GPUs, ipc when colocated on the same GPUs).
+    transport: Literal["shm", "object_store", "gloo", "nccl", "ipc"] = _f("shm")
+    bucket_mb: int = _f(64, 1, 1 << 16, "object-store bucket / packed NCCL buffer size")
+
+
+@dataclass
+class AgentConfig:
+    engines: int = _f(1, 1, 1024, "agent engines; each dialogue sticks to one, every one gets each weight version")
+    tensor_parallel_size: int = _f(1, 1, 64, "GPUs per agent engine")
 
 
 @dataclass
@@ -171,6 +181,7 @@ class SeadConfig:
     train: TrainConfig = _f(TrainConfig())
     curriculum: CurriculumConfig = _f(CurriculumConfig())
     user_sim: UserSimConfig = _f(UserSimConfig())
+    agent: AgentConfig = _f(AgentConfig())
     engine: EngineConfig = _f(EngineConfig())
     placement: PlacementConfig = _f(PlacementConfig())
     trainer: TrainerConfig = _f(TrainerConfig())
@@ -308,6 +319,33 @@ def _cross_checks(cfg: SeadConfig, where: str) -> None:
                           f"curriculum.max_behaviors ({cur.max_behaviors})")
     if isinstance(cfg.user_sim.engines, int) and cfg.user_sim.engines < 1:
         raise ConfigError(f"{where}: user_sim.engines must be >= 1 or 'auto', got {cfg.user_sim.engines}")
+    _check_engines(cfg, where)
+    _check_transport(cfg, where)
+
+
+def _check_engines(cfg: SeadConfig, where: str) -> None:
+    """An engine with tensor parallelism T needs T GPUs in its bundle (vLLM starts T workers there)."""
+    for role, tp in (("agent_policy", cfg.agent.tensor_parallel_size), ("user_sim", cfg.user_sim.tensor_parallel_size)):
+        gpus = getattr(cfg.placement, role).gpus
+        if (gpus > 0 or tp > 1) and gpus != tp:
+            section = "agent" if role == "agent_policy" else "user_sim"
+            raise ConfigError(f"{where}: {section}.tensor_parallel_size = {tp} needs placement.{role}.gpus = {tp} "
+                              f"(got {gpus:g})")
+
+
+def _check_transport(cfg: SeadConfig, where: str) -> None:
+    """What the config alone says about the weight transport (the cluster is checked at start)."""
+    transport, p = cfg.weight_sync.transport, cfg.placement
+    if transport in ("nccl", "ipc") and not (p.trainer.gpus > 0 and p.agent_policy.gpus > 0):
+        raise ConfigError(f"{where}: weight_sync.transport = {transport} needs CUDA on both ends, but "
+                          f"placement.trainer.gpus = {p.trainer.gpus:g} and placement.agent_policy.gpus = "
+                          f"{p.agent_policy.gpus:g}; use gloo, object_store or shm on CPU")
+    if transport == "ipc" and not p.colocate:
+        raise ConfigError(f"{where}: weight_sync.transport = ipc shares GPU memory between the trainer and the agent "
+                          "engines on the same GPUs: it needs placement.colocate = true (else use nccl)")
+    if p.colocate and transport != "ipc" and p.agent_policy.gpus > 0:
+        raise ConfigError(f"{where}: placement.colocate = true on GPUs moves weights over CUDA IPC: set "
+                          f"weight_sync.transport = ipc (got {transport})")
 
 
 def config_to_dict(cfg: SeadConfig) -> dict:

@@ -1,8 +1,8 @@
 """Starting and stopping runs: the one module of sead_ray that reaches into actors/ (lazily).
 
-`train` finds where a run resumes, starts the system, runs the loop, turns Ctrl-C into a checkpoint
-at the next safe point, and tears the system down whatever happened. `evaluate` plays a fixed profile
-set once against the frozen simulator.
+`train` finds where a run resumes, starts the system, runs the loop, turns Ctrl-C or SIGTERM (`ray job
+stop`) into a checkpoint at the next safe point, and tears the system down whatever happened.
+`evaluate` plays a fixed profile set once against the frozen simulator.
 """
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ from .rollout import run_dialogues, write_dialogues
 from .scenario import Scenario
 
 log = logging.getLogger(__name__)
+
+# Ctrl-C, and what `ray job stop` (and most schedulers) send: both stop at the next safe point.
+STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
 def connect(cfg: SeadConfig) -> dict:
@@ -62,14 +65,16 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
 
     system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir)
     loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None)
-    previous_handler = signal.getsignal(signal.SIGINT)
+    previous_handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
-    def on_sigint(signum, frame):
+    def on_stop_signal(signum, frame):
         if loop.stop_requested:
-            raise KeyboardInterrupt  # second Ctrl-C: leave now
+            raise KeyboardInterrupt  # the second one: leave now
         loop.stop_requested = True
-        log.warning("Ctrl-C: stopping at the next safe point with a checkpoint (Ctrl-C again to abort)")
-    signal.signal(signal.SIGINT, on_sigint)
+        log.warning("%s: stopping at the next safe point with a checkpoint (send it again to abort)",
+                    STOP_SIGNALS[signum])
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, on_stop_signal)
     t_run = time.perf_counter()
     try:
         if checkpoint is not None:
@@ -80,7 +85,8 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
         summary["interrupted"] = True
         loop.save()
     finally:
-        signal.signal(signal.SIGINT, previous_handler)
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
         await system.stop()
     checkpoint = latest_checkpoint(run_dir)
     return {**summary, "iterations": loop.done.iteration, "checkpoint": str(checkpoint) if checkpoint else None}

@@ -70,10 +70,11 @@ class StepRequest:
 
 @dataclass
 class SyncRequest:
-    """Gather the weights (every rank) and publish them as `version` (rank 0)."""
+    """Gather the weights (every rank) and send them as `version` to every agent engine (rank 0)."""
     version: int
     transport: str
     bucket_mb: int
+    workers_per_engine: int = 1   # the agent engines' tensor-parallel size
 
 
 @dataclass
@@ -169,8 +170,8 @@ def aggregate_step(results: Sequence[RankStepResult], wall_s: float) -> StepMetr
 class SyncResult:
     version: int
     mb: float
-    gather_publish_s: float
-    apply_s: Optional[float]
+    gather_publish_s: Optional[float]   # file transports: gather + write; None when gathering streams into sending
+    apply_s: Optional[float]            # until the slowest engine serves the version
     total_s: float
 
 

@@ -35,3 +35,14 @@ def test_paper_config_fits_the_cluster_nodes():
     scale_out = types["rollout_8x_a100"]["resources"]
     assert scale_out[rollout] * cfg.placement.user_sim.gpus <= scale_out["GPU"]
     assert scale_out[rollout] * cfg.placement.user_sim.cpus <= scale_out["CPU"]
+
+
+def test_setup_boots_with_the_pinned_stack_a_shared_run_dir_and_a_private_dashboard():
+    raw = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    commands = " ".join(raw["initialization_commands"] + raw["setup_commands"])
+    assert "hf download" in commands and "huggingface-cli" not in commands   # huggingface_hub >= 1.0 has `hf`
+    assert "mount -t nfs4" in commands and "/shared" in commands and "-v /shared:/shared" in raw["docker"]["run_options"]
+    pinned_ray = next(d for d in (ROOT / "pyproject.toml").read_text().split('"') if d.startswith("ray[")).split("==")[1]
+    assert raw["docker"]["image"].startswith(f"rayproject/ray:{pinned_ray}-")
+    head = " ".join(raw["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in head and "0.0.0.0" not in head and "RAY_AUTH_MODE=token" in head

@@ -22,7 +22,7 @@ def system(ray_cluster, scenario, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("train")
     cfg = tiny_config("user_sim.backend=rule", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3")
     roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, run_dir))
-    trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, agent=roles.agent)
+    trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, agents=[roles.agent])
     trainer.start()
     yield cfg, roles, trainer, run_dir
     trainer.stop()

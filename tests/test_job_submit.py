@@ -1,0 +1,153 @@
+"""`ray job submit` as users run it, on a real two-node local cluster (`ray start --head` plus a second
+raylet offering `rollout`): a tiny training run (weights through vLLM's transfer API into two agent
+engines) is stopped with `ray job stop` (SIGTERM), leaves a checkpoint of its last completed
+iteration, and a second job resumes it to the end."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EMBEDDED_CONFIG, ROOT
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "placement.user_sim.node_resource=rollout",
+            "weight_sync.transport=gloo", "agent.engines=2", "placement.agent_policy.cpus=0.25",
+            "placement.trainer.cpus=0.25", "train.iterations=4", "train.batch_size=4", "train.micro_batch_size=2",
+            "train.checkpoint_every=0", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
+            "engine.kv_cache_mb=64", "engine.max_model_len=2048", "engine.cpu_bind=nobind", "train.lr=1e-3", "seed=3"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray(*args, timeout=120, check=True):
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([str(BIN / "ray"), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ray {' '.join(map(str, args))}: {proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)   # the CLI colours its output
+
+
+def _agent_ports() -> list[str]:
+    """Two raylets on one machine: each node's agents need ports of their own (the defaults collide)."""
+    return [f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+            "--disable-usage-stats"]
+
+
+@pytest.fixture(scope="module")
+def job_cluster():
+    """A cluster of its own (its own temp dir), stopped by killing only its processes: `ray stop`
+    would also stop the test session's in-process cluster."""
+    import psutil
+    temp_dir = tempfile.mkdtemp(prefix="rjt", dir="/tmp")
+    gcs_port, dashboard_port = _free_port(), _free_port()
+    try:
+        _ray("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}", "--num-cpus=3",
+             "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}/head", *_agent_ports())
+        # a temp dir of its own: on one machine the second node's runtime-env agent would otherwise
+        # garbage-collect the job's working directory under the head's feet
+        _ray("start", f"--address=127.0.0.1:{gcs_port}", "--num-cpus=1", '--resources={"rollout": 1}',
+             f"--temp-dir={temp_dir}/node", *_agent_ports())
+        yield f"http://127.0.0.1:{dashboard_port}"
+    finally:
+        victims = [p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])
+                   or f":{gcs_port}" in " ".join(p.info["cmdline"] or [])]
+        for p in victims:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+
+
+def _submit(address, *train_args, stop_wait_s=120) -> str:
+    cmd = [sys.executable, "-m", "sead_ray.cli", "train", *map(str, train_args)]
+    runtime_env = {"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(stop_wait_s)}}
+    args = ("job", "submit", "--address", address, "--working-dir", ROOT, "--no-wait", "--runtime-env-json",
+            json.dumps(runtime_env), "--", *cmd)
+    for _ in range(30):   # a fresh cluster's job agent takes a few seconds to come up
+        out = _ray(*args, check=False)
+        if "No available agent" not in out:
+            break
+        time.sleep(2)
+    return re.search(r"raysubmit_\w+", out).group(0)
+
+
+def _status(address, job_id) -> str:
+    out = _ray("job", "status", "--address", address, job_id)
+    # "Status for job 'ID': RUNNING" while it runs; "Job 'ID' succeeded" or "... was stopped" once it ended
+    match = re.search(r"\b(pending|running|succeeded|failed|stopped)\b", out.split("server address", 1)[-1].lower())
+    assert match, out
+    return match.group(1).upper()
+
+
+def _wait(address, job_id, until, timeout=900):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = _status(address, job_id)
+        if until(state):
+            return state
+        time.sleep(2)
+    logs = _ray("job", "logs", "--address", address, job_id)
+    raise AssertionError(f"job {job_id} still {state} after {timeout} s:\n{logs}")
+
+
+def _rows(run):
+    path = run / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.timeout(2400)
+def test_submit_stop_and_resume_through_ray_jobs(job_cluster, tmp_path):
+    address, run = job_cluster, tmp_path / "run"
+    first = _submit(address, "--config", EMBEDDED_CONFIG, "--out", run, *[a for s in SETTINGS for a in ("--set", s)])
+    deadline = time.time() + 900
+    while not _rows(run):   # iteration 1 done: `ray job stop` now lands in a later iteration
+        assert _status(address, first) in ("PENDING", "RUNNING"), _ray("job", "logs", "--address", address, first)
+        assert time.time() < deadline, "iteration 1 did not finish in time"
+        time.sleep(1)
+    _ray("job", "stop", "--address", address, first, timeout=300)
+    assert _wait(address, first, lambda s: s in ("STOPPED", "SUCCEEDED", "FAILED")) == "STOPPED"
+    logs = _ray("job", "logs", "--address", address, first)
+    assert "SIGTERM: stopping at the next safe point" in logs, logs[-3000:]
+    # checkpoint_every=0: only the SIGTERM path can have written this checkpoint
+    checkpoint = (run / "checkpoints" / "latest").resolve()
+    stopped_after = json.loads((checkpoint / "state.json").read_text())["iteration"]
+    assert 1 <= stopped_after < 4 and (checkpoint / "hf" / "config.json").exists() and (checkpoint / "deepspeed").is_dir()
+
+    second = _submit(address, "--resume", run)
+    assert _wait(address, second, lambda s: s in ("STOPPED", "SUCCEEDED", "FAILED")) == "SUCCEEDED", \
+        _ray("job", "logs", "--address", address, second)[-4000:]
+    rows = _rows(run)
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    assert [r["policy_version"] for r in rows] == [1, 2, 3, 4]
+    # every version reached the agent engines through vLLM's API: rollouts sampled the trainer's policy
+    assert all(r["train_logprob_mismatch_mean"] < 1e-3 for r in rows), [r["train_logprob_mismatch_mean"] for r in rows]
+    assert (run / "checkpoints" / "latest").resolve().name == "iter_0004"
+
+
+def test_a_transport_the_cluster_cannot_carry_is_refused_before_engines_start(job_cluster, tmp_path):
+    address = job_cluster
+    settings = [s for s in SETTINGS if not s.startswith("weight_sync.")] + ["weight_sync.transport=shm"]
+    job = _submit(address, "--config", EMBEDDED_CONFIG, "--out", tmp_path / "shm",
+                  *[a for s in settings for a in ("--set", s)])
+    assert _wait(address, job, lambda s: s in ("STOPPED", "SUCCEEDED", "FAILED"), timeout=300) == "FAILED"
+    logs = _ray("job", "logs", "--address", address, job)
+    assert "needs the trainer's rank 0 and every agent engine on one node" in logs and "Traceback" not in logs, logs
+    assert "starting" not in logs and "engines ready" not in logs        # no engine was started
+    assert "exit code 2" in _ray("job", "status", "--address", address, job)

