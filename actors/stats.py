@@ -21,7 +21,8 @@ from sead_ray.state import StateSchema
 # Row keys shown as TensorBoard scalars and Ray Gauges (plus every `train_*` figure of the GRPO step).
 _SCALARS = ("cr", "att", "upa", "ei", "ti", "ci", "agent_parse_failures", "user_parse_failures", "dialogues_per_s",
             "agent_tokens_per_s", "sampling_entropy", "reward_mean", "policy_version", "sync_s", "rollout_s",
-            "iteration_s", "user_engines")
+            "iteration_s", "user_engines", "error_calls", "error_replays",
+            "user_step_clamps", "user_status_overrides")
 
 
 def _render_dialogue(record: dict) -> str:

@@ -59,6 +59,7 @@ class DialogueConfig:
     agent_eval: SamplingConfig = _f(SamplingConfig(temperature=0.0, top_p=1.0, max_tokens=96))
     user: SamplingConfig = _f(SamplingConfig(temperature=0.7, top_p=0.95, max_tokens=160))
     user_retries: int = _f(2, 0, 10, "re-asks of the simulator when its reply does not parse")
+    error_replays: int = _f(2, 0, 10, "replays (same profile and seed) of a call that ended in error")
     user_reply_max_chars: int = _f(300, 8, 4000, "longest spoken reply the simulator's JSON schema allows")
     privileged_user_view: bool = _f(False, doc="training-time only: show the agent the simulator's state")
     # Text the agent's turn starts with, placed after the generation prompt (a template token, never
@@ -112,6 +113,8 @@ class UserSimConfig:
     engines: Union[int, Literal["auto"]] = _f(1, doc="engines in the pool, or auto (one per rollout unit)")
     rule: RuleSimConfig = _f(RuleSimConfig())
     tensor_parallel_size: int = _f(1, 1, 64, "GPUs per user-simulator engine")
+    max_step: int = _f(1, 0, 100, "most levels a state dimension moves per turn (0 = unbounded)")
+    status_guards: bool = _f(True, doc="apply the scenario's user.status_guards (false: the simulator alone decides)")
 
 
 @dataclass

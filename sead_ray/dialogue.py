@@ -15,6 +15,7 @@ from typing import Optional, Protocol
 from .profiles import Profile
 from .prompts.agent import agent_messages, parse_agent_output, user_message_for_agent
 from .scenario import Scenario
+from .sim_rules import enforce_simulator_rules
 from .state import State
 
 END_REASONS = ("accept", "refuse", "hangup", "timeout", "error")
@@ -100,6 +101,8 @@ class Trajectory:
     end_reason: str
     error: Optional[str] = None
     user_parse_failures: int = 0
+    user_step_clamps: int = 0          # state dimensions the simulator moved by more than max_step
+    user_status_overrides: int = 0     # endings the scenario's status guards turned into `continue`
     # Token-exact training view (agent generation = mask 1); empty when no encoder was used.
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
@@ -110,6 +113,12 @@ class Trajectory:
     accel_seconds: float = 0.0   # this dialogue's share of the engines' wall time (cost metric)
     group: int = 0          # GRPO group (rollouts of the same profile share one)
     iteration: int = 0
+    replays: int = 0        # times this call was played again after ending in error
+
+    @property
+    def errored(self) -> bool:
+        """Ended by the infrastructure or the simulator, not by the agent: never a policy outcome."""
+        return self.end_reason == "error"
 
     @property
     def success(self) -> bool:
@@ -134,8 +143,9 @@ class Trajectory:
             "policy_version": min(self.policy_versions) if self.turns else None,
             "policy_versions": self.policy_versions,
             "agent_tokens": sum(t.agent_tokens for t in self.turns),
-            "agent_parse_failures": self.agent_parse_failures,
-            "user_parse_failures": self.user_parse_failures,
+            "agent_parse_failures": self.agent_parse_failures, "replays": self.replays,
+            "user_parse_failures": self.user_parse_failures, "user_step_clamps": self.user_step_clamps,
+            "user_status_overrides": self.user_status_overrides,
             "timing": {"agent_s": round(self.agent_seconds, 4), "user_s": round(self.user_seconds, 4),
                        "wall_s": round(self.wall_seconds, 4),
                        "accel_s": round(self.accel_seconds, 4) if self.accel_seconds else None},
@@ -155,6 +165,8 @@ async def run_dialogue(
     encoder: Optional[ChatEncoder] = None,
     privileged_user_view: bool = False,
     agent_prefill: str = "",
+    max_step: int = 0,
+    status_guards: Optional[dict] = None,
 ) -> Trajectory:
     """Play one call to its end. Never raises on model output; back-end failures end the dialogue
     with end_reason 'error' and keep the turns played so far."""
@@ -215,12 +227,17 @@ async def run_dialogue(
             turn.user_parse_ok = False
             return finish("error", f"simulator output did not parse after {user_retries + 1} tries: "
                                    f"{reply.error if reply else 'no reply'}")
-        state = reply.state
-        turn.user, turn.user_state, turn.user_status = reply.reply, schema.to_dict(state), reply.status
+        chose_own_start = profile.free_form and turn_index == 0   # w/o profile sampling: no state was given
+        ruled = enforce_simulator_rules(schema, status_guards or {}, None if chose_own_start else state, reply.state,
+                                        reply.status, max_step)
+        traj.user_step_clamps += ruled.clamped_dimensions
+        traj.user_status_overrides += ruled.status_override is not None
+        state = ruled.state
+        turn.user, turn.user_state, turn.user_status = reply.reply, schema.to_dict(state), ruled.status
         user_spoken.append(reply.reply)
         seen_states.append(state)
-        if reply.status != "continue":
-            return finish(reply.status)
+        if ruled.status != "continue":
+            return finish(ruled.status)
         if encoder is not None and turn_index + 1 < max_turns:
-            encoder.add_user(user_message_for_agent(schema, reply.reply, state if privileged_user_view else None))
+            encoder.add_user(user_message_for_agent(scenario, reply.reply, state if privileged_user_view else None))
     return finish("timeout")

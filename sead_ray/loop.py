@@ -58,10 +58,6 @@ class Dialogues:
     rollout: RolloutResult
     records: list[dict]            # as written to dialogues/iter_NNNN.jsonl
 
-    @property
-    def trajectories(self) -> list[Trajectory]:
-        return self.rollout.trajectories
-
 
 @dataclass
 class Learning:
@@ -101,7 +97,10 @@ class SelfEvolutionLoop:
         return Dialogues(rollout, write_dialogues(path, rollout, self.scenario))
 
     async def learn(self, iteration: int, dialogues: Dialogues) -> Learning:
-        train, trajs = self.cfg.train, dialogues.trajectories
+        train, trajs = self.cfg.train, dialogues.rollout.played
+        if dialogues.rollout.errors:
+            log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
+                        iteration, dialogues.rollout.errors)
         rewards = [trajectory_reward(t.success, t.agent_parse_failures, train.success_reward, train.format_penalty)
                    for t in trajs]
         advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
@@ -122,7 +121,7 @@ class SelfEvolutionLoop:
         return Learning(rewards, step, sync, version)
 
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
-        snapshot = await self.system.update_curriculum((t.profile.state, t.success) for t in dialogues.trajectories)
+        snapshot = await self.system.update_curriculum((t.profile.state, t.success) for t in dialogues.rollout.played)
         write_json(self.run_dir / "curriculum" / f"iter_{iteration:04d}.json", {"iteration": iteration, **snapshot})
         return snapshot
 
@@ -160,6 +159,10 @@ class SelfEvolutionLoop:
                  "rollout_s": rollout.wall_s, "reward_mean": sum(learning.rewards) / max(1, len(learning.rewards)),
                  "policy_version": learning.policy_version, "sync_s": learning.sync.total_s, "sync_mb": learning.sync.mb,
                  "user_engines": self.system.user_engines, "iteration_s": seconds,
+                 "error_calls": rollout.errors, "error_replays": rollout.replays,
+                 # how often the simulator's rules corrected it (sead_ray/sim_rules.py)
+                 "user_step_clamps": sum(t.user_step_clamps for t in rollout.trajectories),
+                 "user_status_overrides": sum(t.user_status_overrides for t in rollout.trajectories),
                  **{f"train_{k}": v for k, v in step.to_json().items()}}
         row = await self.system.record_iteration(iteration, "train", dialogues.records, extra, curriculum)
         log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %.2e, %.0f s", iteration,

@@ -101,6 +101,19 @@ class RolloutResult:
     engines: int
 
     @property
+    def played(self) -> list[Trajectory]:
+        """The calls the agent's policy decided: GRPO and Mistake Analysis use only these."""
+        return [t for t in self.trajectories if not t.errored]
+
+    @property
+    def errors(self) -> int:
+        return sum(t.errored for t in self.trajectories)
+
+    @property
+    def replays(self) -> int:
+        return sum(t.replays for t in self.trajectories)
+
+    @property
     def dialogues_per_s(self) -> float:
         return len(self.trajectories) / self.wall_s if self.wall_s > 0 else 0.0
 
@@ -118,7 +131,19 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
     progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
 
     async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
-        did = f"it{iteration:04d}-p{index:04d}-r{rollout}"
+        """The call, played again (same profile, same seed) while it ends in error."""
+        for replay in range(cfg.dialogue.error_replays + 1):
+            traj = await play(index, profile, rollout, replay)
+            traj.replays = replay
+            if not traj.errored:
+                break
+            log.warning("call %s ended in error (%s)%s", traj.dialogue_id, traj.error,
+                        "; playing it again" if replay < cfg.dialogue.error_replays else "; giving up on it")
+        progress.update(traj.success)
+        return traj
+
+    async def play(index: int, profile: Profile, rollout: int, replay: int) -> Trajectory:
+        did = f"it{iteration:04d}-p{index:04d}-r{rollout}" + (f"-replay{replay}" if replay else "")
         seed = dialogue_seed(cfg.seed, iteration, index, rollout)
 
         async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: list) -> AgentTurnOutput:
@@ -132,12 +157,13 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
                                       max_turns=cfg.dialogue.max_turns, seed=seed, user_retries=cfg.dialogue.user_retries,
                                       encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix,
                                                                      cfg.dialogue.agent_prefill),
-                                      privileged_user_view=privileged_user_view, agent_prefill=cfg.dialogue.agent_prefill)
+                                      privileged_user_view=privileged_user_view, agent_prefill=cfg.dialogue.agent_prefill,
+                                      max_step=cfg.user_sim.max_step,
+                                      status_guards=scenario.status_guards if cfg.user_sim.status_guards else None)
         finally:
             endpoints.agent.release(did)
             endpoints.users.release(did)
         traj.group, traj.iteration = index, iteration
-        progress.update(traj.success)
         return traj
 
     t0 = time.perf_counter()

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from .config import ConfigError
+from .sim_rules import StatusGuard
 from .state import Dimension, State, StateSchema
 
 USER_STATUSES = ("continue", "accept", "refuse", "hangup")
@@ -66,6 +67,11 @@ class Scenario:
     behaviors: list[Behavior]
     rules: list[ConsistencyRule] = field(default_factory=list)
     max_behaviors_per_category: int = 1
+    status_guards: dict[str, StatusGuard] = field(default_factory=dict)   # user.status_guards (sim_rules.py)
+    # The words prompts use for the two parties and the medium (every domain word comes from here).
+    agent_title: str = "agent"       # how the user's side names the agent, e.g. "caller"
+    user_title: str = "user"         # how the agent's side names the user, e.g. "owner"
+    channel: str = "conversation"    # e.g. "phone call", "chat"
     source: str = "<inline>"
 
     @property
@@ -194,6 +200,33 @@ def _load_rules(items: Any, schema: StateSchema, categories: set[str], where: st
     return rules
 
 
+def _load_guards(items: object, schema: StateSchema, where: str) -> dict[str, StatusGuard]:
+    if items is None:
+        return {}
+    if not isinstance(items, dict):
+        raise ConfigError(f"{where}: field 'user.status_guards' must map a status to {{at_least: ..., at_most: ...}}")
+    guards = {}
+    for status, spec in items.items():
+        key = f"user.status_guards.{status}"
+        if status not in ("accept", "refuse", "hangup"):
+            raise ConfigError(f"{where}: field '{key}': a guard is for accept, refuse or hangup")
+        if not isinstance(spec, dict) or not spec or set(spec) - {"at_least", "at_most"}:
+            raise ConfigError(f"{where}: field '{key}' must have at_least and/or at_most")
+        bounds = {}
+        for side in ("at_least", "at_most"):
+            levels = spec.get(side) or {}
+            for dim, level in (levels.items() if isinstance(levels, dict) else [(None, None)]):
+                if dim not in schema.names:
+                    raise ConfigError(f"{where}: field '{key}.{side}' names unknown dimension {dim!r} "
+                                      f"(schema has {list(schema.names)})")
+                top = schema.dimensions[schema.names.index(dim)].max_level
+                if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= top:
+                    raise ConfigError(f"{where}: field '{key}.{side}.{dim}' must be a level 0..{top}, got {level!r}")
+            bounds[side] = dict(levels)
+        guards[status] = StatusGuard(**bounds)
+    return guards
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; errors name the file and the field."""
     path = Path(path)
@@ -218,7 +251,8 @@ def load_scenario(path: str | Path) -> Scenario:
     behaviors = _load_behavior_library(_need(tree, "behaviors", where, (dict,)), path.parent, where)
 
     outcomes = _need(task, "outcomes", f"{where}: task", dict)
-    outcome_of_status, status_meaning = {}, {"continue": "the call goes on"}
+    channel = str(task.get("channel", "conversation")).strip()
+    outcome_of_status, status_meaning = {}, {"continue": f"the {channel} goes on"}
     for status in ("accept", "refuse", "hangup"):
         spec = outcomes.get(status)
         if not isinstance(spec, dict) or spec.get("outcome") not in ("success", "failure") \
@@ -253,6 +287,10 @@ def load_scenario(path: str | Path) -> Scenario:
         behaviors=behaviors,
         rules=rules,
         max_behaviors_per_category=per_cat,
+        status_guards=_load_guards(user.get("status_guards"), schema, where),
+        agent_title=str(agent.get("title", "agent")).strip(),
+        user_title=str(user.get("title", "user")).strip(),
+        channel=channel,
         source=str(path.resolve()),
     )
     if not scenario.allowed_states():

@@ -3,7 +3,7 @@ import yaml
 
 from sead_ray.config import ConfigError
 from sead_ray.scenario import load_scenario
-from tests.conftest import SCENARIO
+from tests.conftest import ROOT, SCENARIO
 
 
 def test_default_scenario(scenario):
@@ -36,6 +36,7 @@ def test_new_domain_needs_no_code(tmp_path):
     tree["name"] = "insurance_renewal"
     tree["state_schema"] = [{"name": "cooperation", "levels": ["no", "maybe", "yes"]},
                             {"name": "patience", "levels": ["none", "some"]}]
+    tree["user"]["status_guards"] = {"accept": {"at_least": {"cooperation": 2}}}
     s = load_scenario(_write(tmp_path, tree))
     assert len(s.schema.grid()) == 6 and s.categories == ["Cost", "Trust"]
 
@@ -71,3 +72,30 @@ def test_unreadable_scenario(tmp_path):
     bad.write_text("name: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_scenario(bad)
+
+
+RESTAURANT_WORDS = {"restaurant", "owner", "caller", "phone", "call", "yuan", "advertising", "platform", "lin",
+                    "merchant", "credit", "activate", "promotion", "deposit"}
+
+
+def test_a_second_domain_gets_no_word_of_the_first(smollm_tokenizer):
+    """Every prompt of a chat-based charity scenario, rendered through the chat template, holds none of
+    the restaurant promotion's domain words: they all come from the scenario file."""
+    import re
+
+    from sead_ray.dialogue import UserRequest
+    from sead_ray.profiles import Profile
+    from sead_ray.prompts import agent_messages
+    from sead_ray.prompts.user import user_prompt_ids
+    charity = load_scenario(ROOT / "configs" / "scenarios" / "charity_donation.yaml")
+    profile = Profile((1, 1, 1), (charity.behaviors[0].text,))
+    agent = agent_messages(charity, ["Who is this?"], ['{"reply": "Hi, Maya from Open Pages."}'],
+                           privileged_states=[(1, 1, 1)])
+    texts = [smollm_tokenizer.apply_chat_template(agent, tokenize=False)]
+    for free_form in (False, True):
+        request = UserRequest("d", 1, Profile(profile.state, profile.behaviors, free_form), (1, 1, 1),
+                              ["Hi, Maya from Open Pages.", "Would 10 euros a month work?"], ["Who is this?"], seed=0)
+        texts.append(smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, charity, request, budget=4096)))
+    words = {w for text in texts for w in re.findall(r"[a-z]+", text.lower())}
+    assert words & RESTAURANT_WORDS == set()
+    assert {"donor", "assistant", "chat", "euros"} <= words        # its own words are there instead

@@ -29,14 +29,15 @@ def agent_system_prompt(scenario: Scenario) -> str:
     schema = scenario.schema
     dims = "\n".join(f"- {d.name} (0-{d.max_level}): " + "; ".join(f"{i} = {t}" for i, t in enumerate(d.levels))
                      for d in schema.dimensions)
-    example = {"reply": "...", "estimate": {d.name: d.max_level // 2 for d in schema.dimensions}}
+    estimate = ", ".join(f'"{d.name}": <0-{d.max_level}>' for d in schema.dimensions)
     return (
         f"{scenario.agent_role}\n\nGoal: {scenario.objective}\n\n"
         "Follow these steps:\n" + "\n".join(f"{i}. {s}" for i, s in enumerate(scenario.sop, 1)) +
         "\n\nFacts you may use (never invent others):\n" + "\n".join(f"- {f}" for f in scenario.facts) +
-        "\n\nAfter each thing the owner says, estimate the owner's current state:\n" + dims +
-        "\n\nAnswer with one JSON object only: your next spoken sentence(s) in \"reply\" (short, like on a "
-        "phone) and your estimate in \"estimate\". Example:\n" + json.dumps(example)
+        f"\n\nAfter each thing the {scenario.user_title} says, estimate the {scenario.user_title}'s current state:\n"
+        + dims + "\n\nAnswer with one JSON object only: your next sentence(s) in \"reply\" (short, as in a "
+        f"{scenario.channel}) and your estimate in \"estimate\": " + "{\"reply\": <your words>, \"estimate\": {"
+        + estimate + "}}"
     )
 
 
@@ -52,15 +53,15 @@ def agent_messages(scenario: Scenario, user_turns: Sequence[str], agent_raw_turn
                 {"role": "user", "content": scenario.call_opening}]
     for i, (agent_raw, user) in enumerate(zip(agent_raw_turns, user_turns)):
         messages.append({"role": "assistant", "content": agent_raw})
-        messages.append({"role": "user", "content": user_message_for_agent(scenario.schema, user,
+        messages.append({"role": "user", "content": user_message_for_agent(scenario, user,
                          privileged_states[i] if privileged_states else None)})
     return messages
 
 
-def user_message_for_agent(schema: StateSchema, spoken: str, privileged_state: Optional[State] = None) -> str:
+def user_message_for_agent(scenario: Scenario, spoken: str, privileged_state: Optional[State] = None) -> str:
     if privileged_state is None:
         return spoken
-    return f"{spoken}\n[true owner state: {json.dumps(schema.to_dict(privileged_state))}]"
+    return f"{spoken}\n[true {scenario.user_title} state: {json.dumps(scenario.schema.to_dict(privileged_state))}]"
 
 
 _REPLY_RE = re.compile(r'"reply"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)

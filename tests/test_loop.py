@@ -1,0 +1,127 @@
+"""The loop's phases without Ray: calls that end in error are played again with the same seed, and a
+call that stays in error is neither trained on nor counted by Mistake Analysis (an infrastructure
+failure is not a policy failure). The agent and the system are test doubles; the simulator is the
+real rule back-end and the tokenizer the real SmolLM2 one."""
+import asyncio
+import json
+
+import numpy as np
+
+from sead_ray.checkpoint import TrainState
+from sead_ray.controller import ProfileController
+from sead_ray.dialogue import AgentTurnOutput
+from sead_ray.loop import SelfEvolutionLoop
+from sead_ray.profiles import sample_profiles
+from sead_ray.rollout import RolloutEndpoints, run_dialogues
+from sead_ray.rule_user import RuleUserSimulator
+from sead_ray.trainer_protocol import StepMetrics, SyncResult
+from tests.conftest import tiny_config
+
+REPLY = 'It is free, 700 yuan, no deposit."}'
+
+
+class FakeAgentEndpoint:
+    """Test double of the agent engine pool: a fixed reply; the calls named in `dies_in` raise (a dead
+    engine) the first `times` they are played."""
+
+    def __init__(self, tokenizer, dies_in=(), times=1):
+        self.tokenizer, self.dies_in, self.times, self.failures = tokenizer, set(dies_in), times, {}
+
+    async def generate(self, dialogue_id, prompt_ids, **kwargs):
+        base = dialogue_id.split("-replay")[0]
+        if base in self.dies_in and self.failures.get(base, 0) < self.times:
+            self.failures[base] = self.failures.get(base, 0) + 1
+            raise RuntimeError("agent engine died")
+        ids = self.tokenizer(REPLY, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return AgentTurnOutput(REPLY, ids, [-0.5] * len(ids), policy_version=0)
+
+    def release(self, dialogue_id):
+        pass
+
+
+class RuleUsers:
+    def __init__(self, scenario):
+        self.sim = RuleUserSimulator(scenario, accept_phrase="It is free")
+
+    async def respond(self, request):
+        return self.sim.respond(request)
+
+    def release(self, dialogue_id):
+        pass
+
+
+def _endpoints(scenario, tokenizer, **agent):
+    return RolloutEndpoints(FakeAgentEndpoint(tokenizer, **agent), RuleUsers(scenario), tokenizer, engines=1)
+
+
+def test_a_call_in_error_is_replayed_with_its_seed(scenario, smollm_tokenizer):
+    cfg = tiny_config("dialogue.error_replays=2")
+    profiles = sample_profiles(scenario, 3, np.random.default_rng(0), n_max=200)
+    def play(endpoints):
+        return asyncio.run(run_dialogues(endpoints, cfg, scenario, profiles, iteration=1, phase="train",
+                                         sampling=cfg.dialogue.agent_train))
+    result = play(_endpoints(scenario, smollm_tokenizer, dies_in={"it0001-p0001-r0"}, times=1))
+    undisturbed = play(_endpoints(scenario, smollm_tokenizer))
+    replayed = result.trajectories[1]
+    assert not replayed.errored and replayed.replays == 1 and replayed.dialogue_id == "it0001-p0001-r0-replay1"
+    # the replay is the call itself, whole, as it would have gone without the failure
+    same = undisturbed.trajectories[1]
+    assert (replayed.end_reason, replayed.token_ids, [t.user for t in replayed.turns]) == \
+        (same.end_reason, same.token_ids, [t.user for t in same.turns])
+    assert result.errors == 0 and result.replays == 1 and len(result.played) == 3
+
+
+class FakeLoopSystem:
+    """Test double of actors.system.TrainingSystem: the controller for real, everything else records."""
+
+    def __init__(self, cfg, scenario, endpoints):
+        self.controller = ProfileController(scenario, cfg.curriculum, cfg.seed)
+        self._endpoints, self.user_engines = endpoints, 1
+        self.trained, self.outcomes, self.rows = [], [], []
+
+    def endpoints(self):
+        return self._endpoints
+
+    async def rescale(self):
+        return None
+
+    async def sample_profiles(self, n):
+        return self.controller.sample(n)
+
+    async def update_curriculum(self, outcomes):
+        outcomes = list(outcomes)
+        self.outcomes.append(outcomes)
+        return self.controller.update(outcomes)
+
+    async def controller_state(self):
+        return self.controller.state_dict()
+
+    async def grpo_step(self, samples):
+        self.trained.append(samples)
+        return StepMetrics(0.0, 0.0, 0.0, 0.0, 0.0, None, sum(sum(s.loss_mask) for s in samples), 0.0, 0.0, 0.0, 0.0,
+                           0.0)
+
+    async def broadcast_weights(self, version):
+        return SyncResult(version, 1.0, None, 0.0, 0.0)
+
+    def save_weights(self, directory):
+        directory.mkdir(parents=True, exist_ok=True)
+
+    async def record_iteration(self, iteration, phase, records, extra, curriculum=None):
+        self.rows.append({"iteration": iteration, **extra})
+        return {"cr": 0.0}
+
+
+def test_calls_still_in_error_are_neither_trained_on_nor_counted(scenario, smollm_tokenizer, tmp_path):
+    cfg = tiny_config("train.batch_size=4", "train.iterations=1", "dialogue.error_replays=1", "curriculum.mode=uniform")
+    system = FakeLoopSystem(cfg, scenario, None)
+    broken = "it0001-p0002-r0"
+    system._endpoints = _endpoints(scenario, smollm_tokenizer, dies_in={broken}, times=99)
+    start = TrainState(0, system.controller.state_dict(), 0)
+    asyncio.run(SelfEvolutionLoop(cfg, scenario, system, tmp_path, start, saved=False).run())
+    records = [json.loads(line) for line in (tmp_path / "dialogues" / "iter_0001.jsonl").read_text().splitlines()]
+    assert [r["end_reason"] == "error" for r in records] == [False, False, True, False]   # reported, not hidden
+    assert records[2]["replays"] == 1
+    assert len(system.trained[0]) == 3 and len(system.outcomes[0]) == 3        # the broken call left out of both
+    assert system.rows[0]["error_calls"] == 1 and system.rows[0]["train_agent_tokens"] > 0
+    assert (tmp_path / "checkpoints" / "latest").exists()     # the run's last iteration is checkpointed
