@@ -33,7 +33,7 @@ setup: $(STAMP) $(MODELS) $(DSOPS)
 
 # A second `make demo` resumes runs/demo (and does nothing more once it has finished).
 demo: setup
-	@if [ -e runs/demo/checkpoints/latest ]; then \
+	@if [ -e runs/demo/config.yaml ]; then \
 		$(VENV)/bin/sead-ray train --resume runs/demo; \
 	else \
 		$(VENV)/bin/sead-ray train --config configs/embedded.yaml --out runs/demo; \

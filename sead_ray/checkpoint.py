@@ -38,9 +38,21 @@ def checkpoints_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Checkpoint folders whose state.json was written (the last step of a save), oldest first."""
+    return sorted(p for p in checkpoints_dir(run_dir).glob("iter_*") if (p / "state.json").exists())
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    """What `latest` names; if that is missing or incomplete (a save cut short, a folder deleted by
+    hand), the newest complete checkpoint, with a warning."""
     link = checkpoints_dir(run_dir) / "latest"
-    return link.resolve() if link.exists() else None
+    if link.exists() and (link.resolve() / "state.json").exists():
+        return link.resolve()
+    complete = complete_checkpoints(run_dir)
+    if complete and link.is_symlink():
+        log.warning("%s points to %s, which is missing or incomplete: using %s", link, os.readlink(link), complete[-1])
+    return complete[-1] if complete else None
 
 
 def load_train_state(checkpoint: Path) -> TrainState:
@@ -68,7 +80,7 @@ def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: T
 def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
     """Remove complete checkpoints older than the newest `keep` (never the one `latest` names)."""
     latest = latest_checkpoint(run_dir)
-    complete = sorted(p for p in checkpoints_dir(run_dir).glob("iter_*") if (p / "state.json").exists())
+    complete = complete_checkpoints(run_dir)
     removed = [p for p in complete[:-keep] if p != latest]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)

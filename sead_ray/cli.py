@@ -266,7 +266,8 @@ def cmd_train(args) -> int:
     cfg, scenario = _load(str(config_path), args.overrides)
     if not args.resume:
         run_dir = Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S"))
-        if (run_dir / "checkpoints" / "latest").exists():
+        from .checkpoint import latest_checkpoint
+        if latest_checkpoint(run_dir) is not None:
             raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
                              f"`sead-ray train --resume {run_dir}` or choose another --out")
     connect(cfg)

@@ -6,7 +6,6 @@ stop`) into a checkpoint at the next safe point, and tears the system down whate
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import signal
@@ -17,7 +16,7 @@ from pathlib import Path
 from .checkpoint import TrainState, latest_checkpoint, load_train_state, truncate_metrics
 from .config import SeadConfig, dump_config
 from .controller import ProfileController
-from .loop import SelfEvolutionLoop, StopRequested
+from .loop import SelfEvolutionLoop
 from .metrics import compute_metrics, format_table
 from .models import resolve_model
 from .profiles import Profile
@@ -79,11 +78,8 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     try:
         if checkpoint is not None:
             await system.restore(checkpoint, start.controller, start.policy_version)
-        await loop.run()
+        summary["interrupted"] = await loop.run_keeping_progress()
         summary["wall_s"] = time.perf_counter() - t_run
-    except (StopRequested, asyncio.CancelledError):
-        summary["interrupted"] = True
-        loop.save()
     finally:
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)

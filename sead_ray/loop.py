@@ -81,6 +81,7 @@ class SelfEvolutionLoop:
         self.done = start              # the last completed iteration, its controller state and policy version
         self.saved_iteration = start.iteration if saved else 0
         self.stop_requested = False
+        self.weights_ahead = False     # the trainer stepped in an iteration that has not completed yet
 
     # -- the four phases
 
@@ -112,6 +113,7 @@ class SelfEvolutionLoop:
         log.info("iter %d GRPO: %d trajectories, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration,
                  len(samples), sum(len(x.token_ids) for x in samples), sum(sum(x.loss_mask) for x in samples),
                  self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)
+        self.weights_ahead = True
         step = await self.system.grpo_step(samples)
         version = self.done.policy_version + 1
         sync = await self.system.broadcast_weights(version)
@@ -135,6 +137,7 @@ class SelfEvolutionLoop:
         learning = await self.learn(iteration, dialogues)       # from here on the iteration completes
         curriculum = await self.analyse_mistakes(iteration, dialogues)
         self.done = TrainState(iteration, await self.system.controller_state(), learning.policy_version)
+        self.weights_ahead = False
         return await self._log(iteration, dialogues, learning, curriculum, time.perf_counter() - t0)
 
     async def run(self) -> None:
@@ -145,6 +148,26 @@ class SelfEvolutionLoop:
             await self.iteration(iteration)
             if train.checkpoint_every and iteration % train.checkpoint_every == 0 or iteration == train.iterations:
                 self.save()
+
+    async def run_keeping_progress(self) -> bool:
+        """`run()`; on a stop request (returns True) or any failure (re-raised) the last completed
+        iteration is checkpointed first, so nothing done is lost."""
+        try:
+            await self.run()
+            return False
+        except (StopRequested, asyncio.CancelledError):
+            self.save()
+            return True
+        except Exception:   # not KeyboardInterrupt: a second Ctrl-C means leave now
+            if self.weights_ahead:   # the weights no longer match the last completed iteration
+                log.error("the failure came after a GRPO step of an unfinished iteration: no checkpoint written; "
+                          "resume from the last one (iteration %d)", self.saved_iteration)
+                raise
+            try:
+                self.save()
+            except Exception as exc:   # e.g. the trainer itself is what failed: report the first error
+                log.error("could not checkpoint iteration %d after the failure: %r", self.done.iteration, exc)
+            raise
 
     def save(self) -> None:
         """Checkpoint the last completed iteration (if not saved yet)."""

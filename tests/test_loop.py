@@ -125,3 +125,45 @@ def test_calls_still_in_error_are_neither_trained_on_nor_counted(scenario, smoll
     assert len(system.trained[0]) == 3 and len(system.outcomes[0]) == 3        # the broken call left out of both
     assert system.rows[0]["error_calls"] == 1 and system.rows[0]["train_agent_tokens"] > 0
     assert (tmp_path / "checkpoints" / "latest").exists()     # the run's last iteration is checkpointed
+
+
+def test_a_failure_mid_run_keeps_the_last_completed_iteration(scenario, smollm_tokenizer, tmp_path):
+    cfg = tiny_config("train.batch_size=2", "train.iterations=3", "train.checkpoint_every=0")
+    system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
+    sample = system.sample_profiles
+
+    async def controller_dies_in_iteration_2(n):
+        if system.trained:
+            raise RuntimeError("the controller actor died")
+        return await sample(n)
+    system.sample_profiles = controller_dies_in_iteration_2
+    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict(), 0),
+                             saved=False)
+    try:
+        asyncio.run(loop.run_keeping_progress())
+    except RuntimeError as exc:
+        assert "controller actor died" in str(exc)
+    else:
+        raise AssertionError("the failure was swallowed")
+    # checkpoint_every 0 saves only at the end: this one was written because iteration 2 failed
+    state = json.loads((tmp_path / "checkpoints" / "latest" / "state.json").read_text())
+    assert state["iteration"] == 1 and state["policy_version"] == 1
+
+
+def test_no_checkpoint_pairs_new_weights_with_an_unfinished_iteration(scenario, smollm_tokenizer, tmp_path):
+    cfg = tiny_config("train.batch_size=2", "train.iterations=3", "train.checkpoint_every=0")
+    system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
+
+    async def broadcast_fails(version):
+        if version == 2:
+            raise RuntimeError("agent engine unreachable")
+        return SyncResult(version, 1.0, None, 0.0, 0.0)
+    system.broadcast_weights = broadcast_fails
+    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict(), 0),
+                             saved=False)
+    try:
+        asyncio.run(loop.run_keeping_progress())
+    except RuntimeError:
+        pass
+    # iteration 2 had already stepped: saving now would store v2 weights as iteration 1's
+    assert not (tmp_path / "checkpoints").exists()

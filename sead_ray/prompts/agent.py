@@ -14,7 +14,7 @@ from typing import Optional
 
 from ..scenario import Scenario
 from ..state import State, StateSchema
-from .parsing import extract_json_object
+from .parsing import MAX_CHARS, extract_json_object
 
 
 @dataclass
@@ -81,7 +81,7 @@ def _estimate_by_pattern(text: str, schema: StateSchema) -> Optional[dict]:
     """`"trust": 3`-style pairs anywhere in the text, when the JSON itself is broken."""
     found = {}
     for name in schema.names:
-        m = re.search(rf'"?{re.escape(name)}"?\s*[:=]\s*"?(-?\d+)', text)
+        m = re.search(rf'"?{re.escape(name)}"?\s*[:=]\s*"?(-?\d{{1,6}})(?!\d)', text)
         if not m:
             return None
         found[name] = int(m.group(1))
@@ -94,7 +94,7 @@ def parse_agent_output(text: str, schema: StateSchema) -> AgentTurnParse:
     JSON object with "reply" and "estimate" -> ok. Otherwise the spoken reply is recovered as well as
     possible (a "reply" field cut short, or the whole text) and `ok` is False.
     """
-    raw = (text or "").strip()
+    raw = (text or "")[:MAX_CHARS].strip()
     obj = extract_json_object(raw)
     if obj is not None and isinstance(obj.get("reply"), str) and obj["reply"].strip():
         estimate = _estimate_from(obj.get("estimate"), schema)

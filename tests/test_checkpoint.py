@@ -1,0 +1,42 @@
+"""Checkpoint bookkeeping of a run directory (pure files): `latest`, its fallback, retention, torn
+metrics lines."""
+import json
+import os
+
+from sead_ray.checkpoint import TrainState, latest_checkpoint, prune_checkpoints, save_checkpoint, truncate_metrics
+
+
+def _save(run, iteration, keep=0):
+    def weights(directory):
+        (directory / "hf").mkdir(parents=True)
+    return save_checkpoint(weights, run, TrainState(iteration, {"curriculum": iteration}, iteration), keep=keep)
+
+
+def test_latest_names_the_newest_save_and_retention_keeps_k(tmp_path):
+    for it in (1, 2, 3, 4):
+        _save(tmp_path, it, keep=2)
+    assert latest_checkpoint(tmp_path).name == "iter_0004"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*")) == ["iter_0003", "iter_0004"]
+    assert json.loads((tmp_path / "checkpoints" / "iter_0004" / "state.json").read_text())["iteration"] == 4
+
+
+def test_a_dangling_or_incomplete_latest_falls_back_to_the_newest_complete_checkpoint(tmp_path):
+    for it in (1, 2):
+        _save(tmp_path, it)
+    link = tmp_path / "checkpoints" / "latest"
+    link.unlink()
+    os.symlink("iter_0009", link)                                  # deleted by hand
+    assert latest_checkpoint(tmp_path).name == "iter_0002"
+    (tmp_path / "checkpoints" / "iter_0003" / "hf").mkdir(parents=True)   # a save cut short: no state.json
+    link.unlink()
+    os.symlink("iter_0003", link)
+    assert latest_checkpoint(tmp_path).name == "iter_0002"
+    assert prune_checkpoints(tmp_path, keep=1) == [tmp_path / "checkpoints" / "iter_0001"]
+    assert latest_checkpoint(tmp_path / "nothing-here") is None
+
+
+def test_truncating_metrics_drops_later_rows_and_a_torn_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 1}\n{"iteration": 2}\n{"iteration": 3}\n{"iterat')
+    truncate_metrics(path, 2)
+    assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [1, 2]
