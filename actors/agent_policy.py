@@ -138,5 +138,3 @@ class AgentPool(StickyRouter):
     async def set_version(self, version: int) -> None:
         await asyncio.gather(*(actor.set_version.remote(version) for actor in self.actors.values()))
 
-    async def shutdown(self) -> None:
-        await asyncio.gather(*(self.actors[n].shutdown.remote() for n in self.alive), return_exceptions=True)

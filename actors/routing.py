@@ -5,6 +5,7 @@ lives, so its growing prompt stays in that engine's prefix cache.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
@@ -54,5 +55,7 @@ class StickyRouter:
 
     async def call_alive(self, method: str, *args) -> list:
         """`method` on every live engine actor, together."""
-        import asyncio
         return await asyncio.gather(*(getattr(self.actors[n], method).remote(*args) for n in self.alive))
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(self.actors[n].shutdown.remote() for n in self.alive), return_exceptions=True)

@@ -6,7 +6,6 @@ Back-ends behind one interface, `respond(UserRequest) -> UserTurnOutput`:
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from typing import Any, Optional
@@ -129,5 +128,3 @@ class UserSimPool(StickyRouter):
         return {"engines": len(self.actors), "alive": len(self.alive), "dead": dict(self.dead),
                 "retried_turns": self.retried_turns}
 
-    async def shutdown(self) -> None:
-        await asyncio.gather(*(self.actors[n].shutdown.remote() for n in self.alive), return_exceptions=True)

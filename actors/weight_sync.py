@@ -174,17 +174,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rendezvous_info(cls_path: str, **extra) -> Callable[..., Any]:
-    """Trainer-side init info of a vLLM backend: a TCP rendezvous on rank 0's node."""
-    def build(rank: int, world_size: int, bucket_mb: int):
-        import importlib
+def _rendezvous() -> dict:
+    """A TCP rendezvous on rank 0's node."""
+    import ray
+    return {"master_address": ray.util.get_node_ip_address(), "master_port": _free_port()}
 
-        import ray
-        module, name = cls_path.rsplit(":", 1)
-        cls = getattr(importlib.import_module(module), name)
-        return cls(master_address=ray.util.get_node_ip_address(), master_port=_free_port(), world_size=world_size,
-                   rank=rank, **{k: v(bucket_mb) if callable(v) else v for k, v in extra.items()})
-    return build
+
+def _gloo_info(rank: int, world_size: int, bucket_mb: int):
+    from actors.gloo_transfer import GlooTrainerInitInfo
+    return GlooTrainerInitInfo(**_rendezvous(), world_size=world_size, rank=rank)
+
+
+def _nccl_info(rank: int, world_size: int, bucket_mb: int):
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+    return NCCLTrainerInitInfo(**_rendezvous(), world_size=world_size, rank=rank, packed=True,
+                               packed_buffer_size_bytes=bucket_mb << 20)
 
 
 def _ipc_info(rank: int, world_size: int, bucket_mb: int):
@@ -194,9 +198,8 @@ def _ipc_info(rank: int, world_size: int, bucket_mb: int):
 
 # backend -> builder of its trainer-side init info (vLLM picks the trainer engine from the info's class)
 VLLM_BACKENDS: dict[str, Callable[..., Any]] = {
-    "gloo": _rendezvous_info("actors.gloo_transfer:GlooTrainerInitInfo"),
-    "nccl": _rendezvous_info("vllm.distributed.weight_transfer.nccl_engine:NCCLTrainerInitInfo", packed=True,
-                             packed_buffer_size_bytes=lambda mb: mb << 20),
+    "gloo": _gloo_info,
+    "nccl": _nccl_info,
     "ipc": _ipc_info,
 }
 
@@ -212,13 +215,13 @@ class VllmApiTransport:
         self.source = _Relay()
 
     def send(self, source: WeightSource, version: int) -> Optional[SyncResult]:
-        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
-
-        import actors.gloo_transfer
-        actors.gloo_transfer.register()
         t0 = time.perf_counter()
         self.source.current, self.client.version = source, version
         if self.engine is None:
+            from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+            from actors.gloo_transfer import register
+            register()   # the trainer process loads no vLLM plugins by itself
             info = VLLM_BACKENDS[self.backend](self.rank, self.client.world_size, self.bucket_mb)
             self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.client, source=self.source)
         self.engine.send_weights()
