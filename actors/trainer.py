@@ -141,10 +141,12 @@ class _Worker:
             local = total = sum(p.numel() for p in params)
         return WorkerReady(self.rank, self.settings.zero_stage, int(local), int(total))
 
-    def _logprob_fn(self, engine: Any):
+    def _logprob_fn(self, engine: Any, temperature: Optional[float] = None):
+        """Logprobs as the rollouts sampled them (the training temperature) unless `temperature` is given."""
         from sead_ray.grpo import forward_logprobs
+        t = self.settings.temperature if temperature is None else temperature
         return lambda batch, with_entropy: forward_logprobs(engine, batch, self.device, with_entropy,
-                                                            entropy_grad=self.settings.entropy_coef > 0)
+                                                            entropy_grad=self.settings.entropy_coef > 0, temperature=t)
 
     def step(self, request: StepRequest, shard: list[Sample]) -> RankStepResult:
         """One GRPO update over this rank's shard."""
@@ -212,7 +214,7 @@ class _Worker:
         out = []
         with torch.no_grad():
             for b in micro_batches(samples, self.settings.micro_batch_size, self.pad_id, self.settings.max_seq_len):
-                lp, _ = self._logprob_fn(self.engine)(b, False)
+                lp, _ = self._logprob_fn(self.engine, request.temperature)(b, False)
                 for row, mask in zip(lp.cpu().tolist(), b.attention_mask[:, 1:].tolist()):
                     out.append([0.0] + [v for v, m in zip(row, mask) if m])
         return out

@@ -101,6 +101,9 @@ class VLLMEngine:
             weight_transfer_config=({"backend": self.spec.weight_transfer_backend}
                                     if self.spec.weight_transfer_backend else None),
             enable_chunked_prefill=self.spec.chunked_prefill,
+            # The sampled tokens' logprobs under the distribution they were drawn from (after the
+            # temperature), which is what the trainer recomputes (grpo.forward_logprobs divides by it).
+            logprobs_mode="processed_logprobs",
             max_num_batched_tokens=None if self.spec.chunked_prefill else self.spec.max_model_len,
             # Compact JSON (an engine-level switch in 0.32; the per-request flag is ignored): without
             # it a small model pads structured output with newlines until max_tokens runs out.

@@ -97,6 +97,7 @@ class CurriculumConfig:
     easy_above: float = _f(0.6, 0.0, 1.0)
     hard_below: float = _f(0.4, 0.0, 1.0)
     profile_sampling: bool = _f(True, doc="False = w/o PS: free-form profiles, no state grid")
+    user_set: str = _f("", doc="draw initial states from this user set of the scenario (user_sets), '' = all")
     min_behaviors: int = _f(1, 0, 10)
     max_behaviors: int = _f(3, 0, 10)
 

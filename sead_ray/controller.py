@@ -6,6 +6,7 @@ RNG state) is JSON-serialisable, so a resumed run draws exactly what the uninter
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Optional
 
 import numpy as np
@@ -22,7 +23,10 @@ class ProfileController:
         self.cfg = curriculum_cfg
         self.rng = np.random.default_rng(seed)
         self.state = CurriculumState()
-        self.states = scenario.allowed_states()
+        self.states = scenario.allowed_states(curriculum_cfg.user_set)
+        user_set = scenario.user_sets.get(curriculum_cfg.user_set)
+        self.behavior_counts = (user_set.behaviors if user_set
+                                else (curriculum_cfg.min_behaviors, curriculum_cfg.max_behaviors))
 
     @property
     def n_max(self) -> Optional[int]:
@@ -36,9 +40,11 @@ class ProfileController:
         """Phase 1: n distinct consistent profiles from the current distribution (counted for N_max)."""
         profiles = sample_profiles(
             self.scenario, n, self.rng, state_weights=self.weights(), draws=self.state.draws, n_max=self.n_max,
-            min_behaviors=self.cfg.min_behaviors, max_behaviors=self.cfg.max_behaviors,
+            min_behaviors=self.behavior_counts[0], max_behaviors=self.behavior_counts[1],
             dedup=self.cfg.mode != "off", free_form=not self.cfg.profile_sampling)
         self.state.record_draws(p.state for p in profiles)
+        if self.cfg.user_set:   # recorded with each dialogue, so that metrics can be split by set
+            profiles = [replace(p, extra={**p.extra, "user_set": self.cfg.user_set}) for p in profiles]
         return profiles
 
     def update(self, outcomes: Iterable[tuple[State, bool]]) -> dict:

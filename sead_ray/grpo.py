@@ -147,13 +147,15 @@ def collate(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[in
 
 
 def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_entropy: bool = False,
-                     entropy_grad: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                     entropy_grad: bool = False, temperature: float = 1.0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Per-target logprobs [B, L-1] (and entropies) of a collated batch under a causal LM.
 
     Logits are computed only from the first position any row trains on (`logits_to_keep`): the
     shared system prompt comes first and a full-vocabulary head over it would dominate the cost.
     Logprobs are logit(target) - logsumexp: unlike log_softmax, no second full-vocabulary tensor is
-    kept for backward. The entropy joins the autograd graph only when trained on (`entropy_grad`)."""
+    kept for backward. The entropy joins the autograd graph only when trained on (`entropy_grad`).
+    `temperature` is the rollouts' sampling temperature: the policy being optimised is the one that
+    sampled (logits / T), as the engines report it (vLLM's processed logprobs)."""
     ids = batch.input_ids.to(device)
     B, L = ids.shape
     trained = batch.loss_mask.sum(0).nonzero()
@@ -161,6 +163,8 @@ def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_en
     keep = L - first
     out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), logits_to_keep=keep)
     logits = out.logits[:, :-1].float()                                   # predicts targets first..L-2
+    if temperature != 1.0:
+        logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)
     part = logits.gather(-1, ids[:, L - keep + 1:].unsqueeze(-1)).squeeze(-1) - lse
     logprobs = torch.zeros((B, L - 1), dtype=part.dtype, device=part.device)

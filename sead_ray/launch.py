@@ -10,7 +10,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .checkpoint import TrainState, latest_checkpoint, load_train_state, truncate_metrics
@@ -119,3 +119,17 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
         "user engines alive": f"{pool['alive']}/{pool['engines']} (turns retried: {pool['retried_turns']})",
         "output": str(out_dir)}))
     return summary
+
+
+async def simcheck_on_ray(cfg: SeadConfig, scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], seed: int,
+                          by_set: bool) -> dict:
+    """The configured simulator pool on Ray (start_rollout_roles needs an agent model: the config's)."""
+    from actors.system import shutdown_rollout_roles, start_rollout_roles
+
+    from .simcheck import config_rules, run_simcheck
+    roles = await start_rollout_roles(cfg, scenario, cfg.models.agent, with_stats=False)
+    try:
+        return await run_simcheck(scenario, profiles, roles.endpoints().users.respond, rules=config_rules(cfg, scenario),
+                                  seed=seed, simulator=cfg.models.user, by_set=by_set)
+    finally:
+        await shutdown_rollout_roles(roles)

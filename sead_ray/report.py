@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .jsonl import read_jsonl
+from .significance import format_verdict, learning_verdict, success_rate
 from .state import StateSchema, parse_state_key
 
 
@@ -57,6 +58,34 @@ def _fmt(value: Any, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
+def calls_of(row: dict) -> tuple[int, int]:
+    """(successes, calls) of one iteration, calls ending in an infrastructure error left out."""
+    return int(row.get("successes", 0)), int(row.get("n", 0)) - int(row.get("error_calls", 0) or 0)
+
+
+def learning_summary(rows: list[dict], window: int = 2) -> dict:
+    """Success rate per iteration as k/n with a 95 % Wilson interval and, from 2 x `window` iterations
+    on, the pooled calls of the first `window` against the last `window` (exact one-sided test and a
+    bootstrap interval of the gain: a gain is claimed only when both exclude chance)."""
+    per_iteration = []
+    for r in rows:
+        k, n = calls_of(r)
+        rate = success_rate(k, n)
+        per_iteration.append({"iteration": r["iteration"], "k": k, "n": n, "low": rate.low, "high": rate.high,
+                              "text": str(rate)})
+    out: dict = {"per_iteration": per_iteration, "verdict": None}
+    if len(rows) >= 2 * window:
+        def pooled(part):
+            return [True] * sum(calls_of(r)[0] for r in part) + \
+                   [False] * sum(calls_of(r)[1] - calls_of(r)[0] for r in part)
+        before, after = pooled(rows[:window]), pooled(rows[-window:])
+        if before and after:
+            out["verdict"] = learning_verdict(before, after)
+            out["verdict_text"] = format_verdict(out["verdict"], f"first {window} iterations",
+                                                 f"last {window} iterations")
+    return out
+
+
 def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str]) -> str:
     lines = [f"# sead-ray run `{run_dir}`", "",
              "| iter | CR | reward | loss | KL | logprob mismatch | dialogues/s | agent tok/s | engines | s |",
@@ -67,6 +96,11 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str])
             _fmt(r.get("train_loss"), ".4f"), _fmt(r.get("train_kl"), ".2e"),
             _fmt(r.get("train_logprob_mismatch_mean"), ".2e"), _fmt(r.get("dialogues_per_s"), ".3f"),
             _fmt(r.get("agent_tokens_per_s"), ".1f"), _fmt(r.get("user_engines"), "d"), _fmt(r.get("iteration_s"), ".0f")))
+    learning = learning_summary(rows)
+    lines += ["", "## Success rate per iteration (95 % Wilson interval)", ""]
+    lines += [f"- iteration {p['iteration']}: {p['text']}" for p in learning["per_iteration"]]
+    if learning["verdict"] is not None:
+        lines += ["", "## Before and after", "", "```", learning["verdict_text"], "```"]
     lines += ["", f"- checkpoint: `{checkpoint or 'none yet'}`",
               f"- TensorBoard: `tensorboard --logdir {run_dir / 'tensorboard'}`",
               "- plots: `progress.png`, `cr_by_state.png` (this folder)", ""]
@@ -83,7 +117,11 @@ def _plot_progress(rows: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     ax = axes[0][0]
-    ax.plot(its, series("cr"), "o-", label="completion rate")
+    per_iteration = learning_summary(rows)["per_iteration"]
+    rates = [p["k"] / p["n"] if p["n"] else float("nan") for p in per_iteration]
+    ax.errorbar(its, rates, yerr=[[max(0.0, r - p["low"]) for r, p in zip(rates, per_iteration)],
+                                  [max(0.0, p["high"] - r) for r, p in zip(rates, per_iteration)]],
+                fmt="o-", capsize=3, label="success rate (95 % interval)")
     ax.plot(its, series("reward_mean"), "s--", label="mean reward")
     ax.set_title("outcome per iteration")
     ax.set_ylim(-0.05, 1.05)

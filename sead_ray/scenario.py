@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
+from .concerns import RuleUserSpec, load_rule_user
 from .config import ConfigError
 from .sim_rules import StatusGuard
 from .state import Dimension, State, StateSchema
@@ -51,6 +52,20 @@ class ConsistencyRule:
         return any(b.category in self.behavior_categories for b in behaviors)
 
 
+@dataclass(frozen=True)
+class UserSet:
+    """A named kind of user (MASP's soft and hard users): initial states inside `states`, and
+    `behaviors` = (min, max) behaviors per profile."""
+    name: str
+    description: str
+    states: Mapping[str, tuple[int, int]]
+    behaviors: tuple[int, int] = (1, 3)
+
+    def contains(self, schema: StateSchema, state: State) -> bool:
+        values = schema.to_dict(state)
+        return all(lo <= values[dim] <= hi for dim, (lo, hi) in self.states.items())
+
+
 @dataclass
 class Scenario:
     name: str
@@ -72,6 +87,8 @@ class Scenario:
     agent_title: str = "agent"       # how the user's side names the agent, e.g. "caller"
     user_title: str = "user"         # how the agent's side names the user, e.g. "owner"
     channel: str = "conversation"    # e.g. "phone call", "chat"
+    rule_user: Optional[RuleUserSpec] = None   # what the `rule` simulator knows of the domain (concerns.py)
+    user_sets: dict[str, UserSet] = field(default_factory=dict)
     source: str = "<inline>"
 
     @property
@@ -86,8 +103,13 @@ class Scenario:
         broken = [r for r in self.rules if r.forbids(self.schema, state, behaviors)]
         return broken
 
-    def allowed_states(self) -> list[State]:
-        return [s for s in self.schema.grid() if self.state_allowed(s)]
+    def allowed_states(self, user_set: str = "") -> list[State]:
+        """The grid's consistent states (those of one user set when named)."""
+        if user_set and user_set not in self.user_sets:
+            raise ConfigError(f"{self.source}: no user set {user_set!r} (the scenario declares "
+                              f"{sorted(self.user_sets) or 'none'} under 'user_sets')")
+        inside = self.user_sets[user_set].contains if user_set else (lambda schema, state: True)
+        return [s for s in self.schema.grid() if self.state_allowed(s) and inside(self.schema, s)]
 
 
 # --------------------------------------------------------------------------- loading
@@ -164,6 +186,45 @@ def _load_schema(items: Any, where: str) -> StateSchema:
     return StateSchema(tuple(dims))
 
 
+def _load_ranges(tree: Any, schema: StateSchema, key: str, where: str) -> dict[str, tuple[int, int]]:
+    """{dimension: level or [low, high]} -> {dimension: (low, high)}."""
+    if not isinstance(tree, dict) or not tree:
+        raise ConfigError(f"{where}: field '{key}' must map dimensions to [low, high]")
+    ranges = {}
+    for dim, rng in tree.items():
+        if dim not in schema.names:
+            raise ConfigError(f"{where}: field '{key}' names unknown dimension '{dim}' "
+                              f"(schema has {list(schema.names)})")
+        if isinstance(rng, int) and not isinstance(rng, bool):
+            rng = [rng, rng]
+        if (not isinstance(rng, list) or len(rng) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng) or rng[0] > rng[1]):
+            raise ConfigError(f"{where}: field '{key}.{dim}' must be a level or [low, high], got {rng!r}")
+        ranges[dim] = (rng[0], rng[1])
+    return ranges
+
+
+def _load_user_sets(tree: Any, schema: StateSchema, where: str) -> dict[str, UserSet]:
+    if tree is None:
+        return {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{where}: field 'user_sets' must map a set name to {{states: ..., behaviors: ...}}")
+    sets = {}
+    for name, spec in tree.items():
+        key = f"user_sets.{name}"
+        if not isinstance(spec, dict) or set(spec) - {"description", "states", "behaviors"}:
+            raise ConfigError(f"{where}: field '{key}' may have description, states and behaviors only")
+        counts = spec.get("behaviors", [1, 3])
+        if isinstance(counts, int) and not isinstance(counts, bool):
+            counts = [counts, counts]
+        if (not isinstance(counts, list) or len(counts) != 2 or not all(isinstance(v, int) for v in counts)
+                or not 0 <= counts[0] <= counts[1]):
+            raise ConfigError(f"{where}: field '{key}.behaviors' must be a count or [min, max] of behaviors")
+        sets[str(name)] = UserSet(str(name), str(spec.get("description", "")),
+                                  _load_ranges(spec.get("states"), schema, f"{key}.states", where), tuple(counts))
+    return sets
+
+
 def _load_rules(items: Any, schema: StateSchema, categories: set[str], where: str) -> list[ConsistencyRule]:
     if items is None:
         return []
@@ -177,20 +238,7 @@ def _load_rules(items: Any, schema: StateSchema, categories: set[str], where: st
         unknown = set(item) - {"name", "reason", "when", "behavior_categories"}
         if unknown:
             raise ConfigError(f"{where}: field '{w}' has unknown key(s) {sorted(unknown)}")
-        when_raw = item.get("when")
-        if not isinstance(when_raw, dict) or not when_raw:
-            raise ConfigError(f"{where}: field '{w}.when' must map dimensions to [low, high]")
-        when = {}
-        for dim, rng in when_raw.items():
-            if dim not in schema.names:
-                raise ConfigError(f"{where}: field '{w}.when' names unknown dimension '{dim}' "
-                                  f"(schema has {list(schema.names)})")
-            if isinstance(rng, int) and not isinstance(rng, bool):
-                rng = [rng, rng]
-            if (not isinstance(rng, list) or len(rng) != 2
-                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng) or rng[0] > rng[1]):
-                raise ConfigError(f"{where}: field '{w}.when.{dim}' must be a level or [low, high], got {rng!r}")
-            when[dim] = (rng[0], rng[1])
+        when = _load_ranges(item.get("when"), schema, f"{w}.when", where)
         cats = item.get("behavior_categories", [])
         if not isinstance(cats, list) or any(c not in categories for c in cats):
             raise ConfigError(f"{where}: field '{w}.behavior_categories' must list known categories "
@@ -239,7 +287,8 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ConfigError(f"{where}: not valid YAML: {exc}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{where}: a scenario file must be a mapping of fields")
-    known = {"name", "description", "agent", "task", "user", "state_schema", "behaviors", "consistency"}
+    known = {"name", "description", "agent", "task", "user", "state_schema", "behaviors", "consistency", "rule_user",
+             "user_sets"}
     unknown = set(tree) - known
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
@@ -272,12 +321,15 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ConfigError(f"{where}: field 'consistency.max_behaviors_per_category' must be an integer >= 1")
     rules = _load_rules(consistency.get("rules"), schema, {b.category for b in behaviors}, where)
 
+    facts = _str_list(agent.get("facts"), "agent.facts", where)
+    rule_user = (load_rule_user(tree["rule_user"], len(facts), {b.category for b in behaviors}, where)
+                 if tree.get("rule_user") is not None else None)
     scenario = Scenario(
         name=_need(tree, "name", where),
         description=str(tree.get("description", "")).strip(),
         agent_role=_need(agent, "role", f"{where}: agent").strip(),
         sop=_str_list(agent.get("sop"), "agent.sop", where),
-        facts=_str_list(agent.get("facts"), "agent.facts", where),
+        facts=facts,
         objective=_need(task, "objective", f"{where}: task").strip(),
         user_persona=_need(user, "persona", f"{where}: user").strip(),
         call_opening=str(task.get("call_opening", "(The call connects.)")),
@@ -291,8 +343,13 @@ def load_scenario(path: str | Path) -> Scenario:
         agent_title=str(agent.get("title", "agent")).strip(),
         user_title=str(user.get("title", "user")).strip(),
         channel=channel,
+        rule_user=rule_user,
+        user_sets=_load_user_sets(tree.get("user_sets"), schema, where),
         source=str(path.resolve()),
     )
     if not scenario.allowed_states():
         raise ConfigError(f"{where}: field 'consistency.rules' forbids every state of the grid")
+    for name in scenario.user_sets:
+        if not scenario.allowed_states(name):
+            raise ConfigError(f"{where}: field 'user_sets.{name}.states' holds no state the consistency rules allow")
     return scenario

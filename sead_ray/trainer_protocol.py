@@ -43,6 +43,7 @@ class TrainerSettings:
     ppo_epochs: int
     max_seq_len: int
     gradient_checkpointing: bool
+    temperature: float = 1.0     # the agent's sampling temperature in training rollouts
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str) -> TrainerSettings:
@@ -52,7 +53,8 @@ class TrainerSettings:
                    grad_accum_steps=grad_accum_steps(t.batch_size * t.rollouts_per_profile, cfg.trainer.num_workers,
                                                      t.micro_batch_size),
                    grad_clip=t.grad_clip, clip_eps=t.clip_eps, kl_coef=t.kl_coef, entropy_coef=t.entropy_coef,
-                   ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing)
+                   ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing,
+                   temperature=cfg.dialogue.agent_train.temperature)
 
 
 def grad_accum_steps(batch: int, world_size: int, micro_batch_size: int) -> int:
@@ -89,7 +91,9 @@ class LoadRequest:
 
 @dataclass
 class LogprobsRequest:
-    """Trainer-side logprobs of the sequences in the shard (every rank gets the same shard)."""
+    """Trainer-side logprobs of the sequences in the shard (every rank gets the same shard), under the
+    model's own distribution (temperature 1, as an engine reports greedy tokens) unless told otherwise."""
+    temperature: float = 1.0
 
 
 @dataclass

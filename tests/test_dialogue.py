@@ -113,7 +113,8 @@ def test_rule_dialogues_are_deterministic(scenario):
 
 
 def test_planted_phrase_decides(scenario):
-    traj = play(scenario, scripted_agent(["Hello, this is the platform."] * 3 + ["It is free of charge."]),
+    traj = play(scenario, scripted_agent(["Hello, this is the platform.", "We have an offer.", "It is for your restaurant.",
+                                       "It is free of charge."]),
                 rule_user(scenario, accept_phrase="free of charge", patience=10))
     assert traj.end_reason == "accept" and len(traj.turns) == 4
 

@@ -72,6 +72,10 @@ def test_forward_logprobs_match_log_softmax_and_entropy_where_trained():
     # logits are computed from the first position any row trains on (here 1); earlier ones stay 0
     assert torch.allclose(lp[:, 1:], want_lp[:, 1:], atol=1e-5) and (lp[:, 0] == 0).all()
     assert torch.allclose(ent[:, 1:], want_ent[:, 1:], atol=1e-5)
+    # sampled at temperature T, the policy is softmax(logits / T), as vLLM's processed logprobs report it
+    cold, _ = forward_logprobs(LogitsTableLM(logits), _batch(ids, mask), temperature=0.5)
+    want_cold = torch.log_softmax(logits[:, :-1] / 0.5, -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(cold[:, 1:], want_cold[:, 1:], atol=1e-5) and not torch.allclose(cold, lp)
 
 
 def test_loss_only_touches_masked_tokens():

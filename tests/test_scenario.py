@@ -28,6 +28,8 @@ def _base():
     tree = yaml.safe_load(SCENARIO.read_text())
     tree["behaviors"] = {"Cost": ["Asks about cost"], "Trust": ["Asks who is calling"]}
     tree["consistency"] = {"rules": []}
+    tree.pop("rule_user")    # its concerns name the library's categories
+    tree.pop("user_sets")    # and its sets the schema's dimensions
     return tree
 
 
@@ -56,6 +58,10 @@ def test_new_domain_needs_no_code(tmp_path):
     (lambda t: t["consistency"].update(rules=[{"when": {"trust": 1}, "behavior_categories": ["Nope"]}]),
      "behavior_categories"),
     (lambda t: t["consistency"].update(rules=[{"when": {"trust": [0, 5]}}]), "forbids every state"),
+    (lambda t: t.update(user_sets={"soft": {"states": {"mood": 1}}}), "'user_sets.soft.states' names unknown dimension"),
+    (lambda t: t.update(user_sets={"soft": {"states": {"trust": [4, 2]}}}), "user_sets.soft.states.trust"),
+    (lambda t: t.update(user_sets={"soft": {"states": {"trust": 1}, "behaviors": [3, 1]}}), "user_sets.soft.behaviors"),
+    (lambda t: t.update(user_sets={"x": {"states": {"trust": 1}, "colour": 1}}), "user_sets.x' may have"),
 ])
 def test_malformed_scenarios_name_the_field(tmp_path, mutate, needle):
     tree = _base()

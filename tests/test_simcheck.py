@@ -1,0 +1,167 @@
+"""`sead-ray simcheck`: graded scripted turns against the rule simulator and deliberately broken ones (no Ray)."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from sead_ray.config import CurriculumConfig
+from sead_ray.controller import ProfileController
+from sead_ray.dialogue import UserRequest, UserTurnOutput
+from sead_ray.rule_user import RuleUserSimulator, words_of
+from sead_ray.scenario import load_scenario
+from sead_ray.simcheck import GRADES, GREETING, Rules, best_fact, run_simcheck, scripted_turn, write_outputs
+from tests.conftest import EMBEDDED_CONFIG, ROOT
+
+CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"
+ROW_KEYS = {"grade", "n", "errors", "accept_rate", "accept_low", "accept_high", "hangup_rate", "hangup_low",
+            "hangup_high", "copy_rate", "mean_delta", "mean_total_delta"}
+
+
+def profiles(scenario, user_set: str, n: int = 16, seed: int = 3):
+    return ProfileController(scenario, CurriculumConfig(user_set=user_set), seed).sample(n)
+
+
+def rule(scenario):
+    sim = RuleUserSimulator(scenario)
+
+    async def respond(req: UserRequest) -> UserTurnOutput:
+        return sim.respond(req)
+    return respond
+
+
+def check(scenario, respond, sets=("soft", "hard"), n=16, **kw) -> dict:
+    rules = Rules(1, scenario.status_guards, 2)
+    return asyncio.run(run_simcheck(scenario, {s: profiles(scenario, s, n) for s in sets}, respond, rules=rules, **kw))
+
+
+def row(rows, grade):
+    return next(r for r in rows if r["grade"] == grade)
+
+
+def test_json_and_markdown_follow_the_contract(scenario, tmp_path):
+    result = check(scenario, rule(scenario), by_set=True)
+    md = write_outputs(result, scenario.schema, tmp_path)
+    data = json.loads((tmp_path / "simcheck.json").read_text())
+    assert {"simulator", "n_profiles", "grades", "monotone", "by_user_set"} <= set(data)
+    assert data["simulator"] == "rule" and data["n_profiles"] == 32
+    assert [r["grade"] for r in data["grades"]] == list(GRADES)
+    for r in data["grades"] + [r for part in data["by_user_set"].values() for r in part["grades"]]:
+        assert set(r) == ROW_KEYS
+        assert set(r["mean_delta"]) == set(scenario.schema.names)
+        assert 0.0 <= r["accept_low"] <= r["accept_rate"] <= r["accept_high"] <= 1.0
+        assert r["mean_total_delta"] == pytest.approx(sum(r["mean_delta"].values()))
+    assert set(data["by_user_set"]) == {"soft", "hard"}
+    assert all(isinstance(part["monotone"], bool) for part in data["by_user_set"].values())
+    assert row(data["grades"], "fact")["n"] == 32
+    assert (tmp_path / "simcheck.md").read_text() == md and "red_flag" in md and "monotone: True" in md
+
+
+def test_without_sets_there_is_no_per_set_report(scenario):
+    assert "by_user_set" not in check(scenario, rule(scenario), sets=("soft",))
+
+
+@pytest.mark.parametrize("user_set", ["soft", "hard"])
+def test_the_rule_simulator_ranks_the_grades(scenario, user_set):
+    result = check(scenario, rule(scenario), sets=(user_set,), n=20, by_set=True)
+    rows = result["grades"]
+    assert result["monotone"] and result["by_user_set"][user_set]["monotone"]
+    totals = {r["grade"]: r["mean_total_delta"] for r in rows}
+    accepts = {r["grade"]: r["accept_rate"] for r in rows}
+    assert totals["fact"] == max(totals.values()) > totals["red_flag"] == min(totals.values())
+    assert accepts["fact"] == max(accepts.values()) and accepts["red_flag"] == min(accepts.values())
+    assert row(rows, "off_topic")["copy_rate"] == 1.0 and row(rows, "fact")["copy_rate"] < 0.5
+    assert all(r["errors"] == 0 and r["n"] == 20 for r in rows)
+
+
+def test_the_fact_answers_each_concern_the_rule_user_voices(scenario):
+    sim = RuleUserSimulator(scenario)
+    for i, concern in enumerate(scenario.rule_user.concerns):
+        fact = best_fact(scenario, f"{scenario.rule_user.objection} {concern.say}")
+        assert scenario.facts.index(fact) in concern.answered_by
+        assert sim.judge(fact, GREETING, i, guard_holds=False).answered
+    assert best_fact(scenario, "") == scenario.facts[0]   # nothing to match: the first fact
+
+
+def _content(text: str) -> set[str]:
+    return {w for w in words_of(text) if len(w) >= 4}
+
+
+def test_scripted_texts_come_from_the_scenario_only(scenario):
+    charity = load_scenario(CHARITY)
+    spec = scenario.rule_user
+    restaurant = _content(" ".join([scenario.description, scenario.agent_role, scenario.objective, *scenario.sop,
+                                    *scenario.facts, scenario.agent_title, scenario.user_title, scenario.channel,
+                                    *(c.say for c in spec.concerns), *spec.red_flags, *spec.decision_words]))
+    charity_words = set(words_of(CHARITY.read_text()))
+    texts = [GREETING] + [scripted_turn(charity, g, c.say) for c in charity.rule_user.concerns for g in GRADES]
+    leaked = (_content(" ".join(texts)) & restaurant) - charity_words
+    assert not leaked, leaked
+    assert "restaurant" in restaurant and "activate" in restaurant   # the check sees the domain words
+    assert charity.rule_user.red_flags[0] in scripted_turn(charity, "red_flag", "")
+    assert charity.rule_user.decision_words[0] in scripted_turn(charity, "early_close", "")
+    assert scripted_turn(charity, "fact", charity.rule_user.concerns[2].say) == charity.facts[1]
+
+
+def test_a_simulator_that_ignores_the_agent_is_caught(scenario):
+    async def copier(req: UserRequest) -> UserTurnOutput:
+        return UserTurnOutput("Okay.", req.current_state, "continue", ok=True)
+    result = check(scenario, copier, by_set=True)
+    assert result["monotone"] is False
+    assert all(part["monotone"] is False for part in result["by_user_set"].values())
+    assert all(r["copy_rate"] == 1.0 and r["mean_total_delta"] == 0.0 for r in result["grades"])
+
+
+def test_parse_failures_are_errors_not_outcomes(scenario):
+    base, calls = rule(scenario), []
+
+    async def flaky(req: UserRequest) -> UserTurnOutput:
+        calls.append(req)
+        said = req.agent_replies[-1]
+        if said == scripted_turn(scenario, "red_flag", ""):
+            return UserTurnOutput("", None, "continue", ok=False, error="no JSON")
+        if said == scripted_turn(scenario, "off_topic", "") and req.seed % 2 == 0:
+            return UserTurnOutput("{", None, "continue", ok=False)   # fails some attempts only: retried
+        return await base(req)
+    result = check(scenario, flaky, sets=("hard",), n=10)
+    flag, off = row(result["grades"], "red_flag"), row(result["grades"], "off_topic")
+    assert flag["errors"] == 10 and flag["n"] == 0 and flag["accept_rate"] == 0.0
+    assert off["errors"] == 0 and off["n"] == 10
+    assert len([c for c in calls if c.agent_replies[-1] == scripted_turn(scenario, "off_topic", "")]) > 10
+    assert len([c for c in calls if c.agent_replies[-1] == flag_text(scenario)]) == 10 * 3   # 1 try + 2 retries
+    assert result["monotone"] is False   # red_flag without data cannot be ranked below fact
+
+    async def mute(req: UserRequest) -> UserTurnOutput:
+        return UserTurnOutput("", None, "continue", ok=False)
+    assert all(r["errors"] == 10 and r["n"] == 0 for r in check(scenario, mute, sets=("hard",), n=10)["grades"])
+
+
+def flag_text(scenario) -> str:
+    return scripted_turn(scenario, "red_flag", "")
+
+
+def test_every_grade_sees_the_same_greeting_turn(scenario):
+    seen: dict[str, list] = {}
+    base = rule(scenario)
+
+    async def spy(req: UserRequest) -> UserTurnOutput:
+        seen.setdefault(req.dialogue_id.split("-")[2], []).append((req.turn_index, req.seed, req.current_state))
+        return await base(req)
+    check(scenario, spy, sets=("soft",), n=6)
+    assert len(seen) == 6
+    for turns in seen.values():
+        assert [t for t, _, _ in turns].count(0) == 1                    # the greeting is played once
+        second = [(s, st) for t, s, st in turns if t == 1]
+        assert len(second) == len(GRADES) and len(set(second)) == 1     # same seed and state for every grade
+
+
+def test_cli_writes_both_files_with_the_rule_backend(tmp_path, capsys):
+    from sead_ray.cli import main
+    assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--n", "6", "--user-sets", "soft,hard",
+                 "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "simcheck.json").read_text())
+    assert data["n_profiles"] == 12 and set(data["by_user_set"]) == {"soft", "hard"}
+    assert "| fact |" in capsys.readouterr().out and (tmp_path / "simcheck.md").exists()
+    assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--n", "2", "--user-sets", "nope",
+                 "--out", str(tmp_path / "x")]) == 2
