@@ -55,6 +55,16 @@ def _sample_profiles(cfg, scenario, n: int, seed: int) -> list:
         raise UsageError(str(exc)) from None
 
 
+def _profiles_by_user_set(cfg, scenario, user_sets: Optional[str], n: int, seed: int) -> dict[str, list]:
+    """N profiles from each named user set ("soft,hard"), or N from the config's draw when none is named."""
+    from dataclasses import replace
+    names = [s.strip() for s in (user_sets or "").split(",") if s.strip()]
+    if not names:
+        return {cfg.curriculum.user_set: _sample_profiles(cfg, scenario, n, seed)}
+    return {name: _sample_profiles(replace(cfg, curriculum=replace(cfg.curriculum, user_set=name)), scenario, n, seed)
+            for name in names}
+
+
 def _write_profiles(path: Path, profiles: list, scenario) -> None:
     from .jsonl import write_jsonl
     write_jsonl(path, (p.to_json(scenario.schema) for p in profiles))
@@ -71,21 +81,12 @@ def cmd_profiles_sample(args) -> int:
 
 
 def read_profiles(path: str, scenario) -> list:
-    """Profiles from a JSONL file; errors name the line."""
-    from .jsonl import read_jsonl
-    from .profiles import Profile, check_profile
-    profiles = []
-    for lineno, value in read_jsonl(path, UsageError, "profiles"):
-        try:
-            profile = Profile.from_json(value, scenario.schema)
-        except ValueError as exc:
-            raise UsageError(f"{path}:{lineno}: bad profile: {exc}") from None
-        for problem in check_profile(scenario, profile):
-            log.warning("%s:%d: %s", path, lineno, problem)
-        profiles.append(profile)
-    if not profiles:
-        raise UsageError(f"{path}: no profiles")
-    return profiles
+    from .profiles import ProfileFileError
+    from .profiles import read_profiles as read
+    try:
+        return read(path, scenario)
+    except ProfileFileError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_eval(args) -> int:
@@ -104,8 +105,9 @@ def cmd_eval(args) -> int:
         source = f"file {args.profiles}"
     else:
         n = args.n or cfg.train.batch_size
-        profiles = _sample_profiles(cfg, scenario, n, cfg.seed)
-        source = f"{n} profiles sampled with seed {cfg.seed}"
+        profiles = [p for group in _profiles_by_user_set(cfg, scenario, args.user_sets, n, cfg.seed).values()
+                    for p in group]
+        source = f"{len(profiles)} profiles sampled with seed {cfg.seed}"
     out = Path(args.out or Path(cfg.output_dir) / time.strftime("eval-%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     _write_profiles(out / "profiles.jsonl", profiles, scenario)
@@ -117,17 +119,58 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    import asyncio
+
+    import ray
+
+    from .compare import agent_dir_name, agent_labels, compare_rows, format_markdown, write_compare
+    from .launch import connect, evaluate
+    from .metrics import read_dialogues
+    from .models import resolve_model
+
+    cfg, scenario = _load(args.config, args.overrides)
+    if args.seed is not None:
+        cfg.seed = args.seed   # dialogue_seed(cfg.seed, 0, profile index): the same for every agent
+    if args.profiles:
+        profiles, source = read_profiles(args.profiles, scenario), f"file {args.profiles}"
+    else:
+        profiles = [p for group in _profiles_by_user_set(cfg, scenario, args.user_sets, args.n, cfg.seed).values()
+                    for p in group]
+        source = f"{len(profiles)} profiles sampled with seed {cfg.seed}"
+    for ref in args.agents:   # a typo fails now, not after the first agents' hours of calls
+        resolve_model(ref)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_profiles(out / "profiles.jsonl", profiles, scenario)
+    runs = [(label, ref, out / "agents" / agent_dir_name(i, label))
+            for i, (label, ref) in enumerate(zip(agent_labels(args.agents), args.agents))]
+
+    async def play_all() -> None:   # one event loop for all agents: the actors' handles live in it
+        for _, ref, d in runs:
+            await evaluate(cfg, scenario, ref, profiles, d, source)
+    connect(cfg)
+    try:
+        asyncio.run(play_all())
+    finally:
+        ray.shutdown()
+    records = {label: read_dialogues(d / "dialogues.jsonl", scenario.schema) for label, _, d in runs}
+    rows = compare_rows(records, scenario.schema, by=args.by)
+    title = f"{len(runs)} agents on {source} (decoding {cfg.dialogue.agent_eval.as_params()})"
+    write_compare(rows, out, title)
+    print(format_markdown(rows, title))
+    return 0
+
+
 def cmd_simcheck(args) -> int:
     import asyncio
-    from dataclasses import replace
 
     from .simcheck import config_rules, rule_respond, run_simcheck, write_outputs
 
     cfg, scenario = _load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
-    sets = [s.strip() for s in (args.user_sets or "").split(",") if s.strip()]
-    profiles = ({s: _sample_profiles(replace(cfg, curriculum=replace(cfg.curriculum, user_set=s)), scenario, args.n, seed)
-                 for s in sets} or {cfg.curriculum.user_set: _sample_profiles(cfg, scenario, args.n, seed)})
+    profiles = _profiles_by_user_set(cfg, scenario, args.user_sets, args.n, seed)
+    sets = [s for s in profiles if s]
     if cfg.user_sim.backend == "rule":   # no Ray: the rule simulator is called in this process
         result = asyncio.run(run_simcheck(scenario, profiles, rule_respond(cfg, scenario), rules=config_rules(cfg, scenario),
                                           seed=seed, by_set=bool(sets)))
@@ -280,6 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "profiles": cmd_profiles_sample,
         "metrics": cmd_metrics,
         "eval": cmd_eval,
+        "compare": cmd_compare,
         "simcheck": cmd_simcheck,
         "train": cmd_train,
         "report": cmd_report,

@@ -129,7 +129,34 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
     src.add_argument("--n", type=int, default=None, help="sample N profiles (default: train.batch_size)")
     ev.add_argument("--seed", type=int, default=None, help="seed of the sampled profile set (default: the config's)")
+    ev.add_argument("--user-sets", default=None, metavar="SET,SET",
+                    help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard) and "
+                         "report each set apart as well")
     ev.add_argument("--out", default=None, metavar="DIR", help="output folder (default: <output_dir>/eval-<time>)")
+
+    # compare
+    cp = sub.add_parser(
+        "compare", help="several agents on the same profiles and seeds: Table 1 with intervals and a paired test",
+        description="Play every listed agent against the same frozen simulator on the same profile set with the same "
+                    "per-dialogue seeds and the evaluation decoding (dialogue.agent_eval), as `sead-ray eval` does for "
+                    "one. Writes DIR/compare.md (CR with its 95 % Wilson interval, ATT, UPA with its share of "
+                    "estimated turns and two guessing baselines, EI/TI/CI, error calls, and an exact one-sided McNemar "
+                    "test of each agent against the first), DIR/compare.json (one row per agent), DIR/compare.png "
+                    "(CR with error bars), DIR/profiles.jsonl and each agent's evaluation in DIR/agents/<i>-<name>/.",
+        epilog="example:\n  sead-ray compare --config configs/embedded.yaml --agents embedded:smollm2-135m-instruct "
+               "runs/long --n 60 --seed 0 --out cmp", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_args(cp)
+    cp.add_argument("--agents", required=True, nargs="+", metavar="MODEL",
+                    help="agent models as `eval --agent` takes them; the first is the reference of the paired tests")
+    csrc = cp.add_mutually_exclusive_group(required=True)
+    csrc.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
+    csrc.add_argument("--n", type=int, default=None, help="sample N profiles (per user set with --user-sets)")
+    cp.add_argument("--seed", type=int, default=None,
+                    help="seed of the sampled profiles and of the dialogues (default: the config's)")
+    cp.add_argument("--user-sets", default=None, metavar="SET,SET",
+                    help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard)")
+    cp.add_argument("--by", default=None, choices=["user_set"], help="also split the rows by the profiles' user set")
+    cp.add_argument("--out", required=True, metavar="DIR", help="output folder")
 
     # simcheck
     sc = sub.add_parser(

@@ -84,6 +84,8 @@ class TrainConfig:
     micro_batch_size: int = _f(4, 1, 4096)
     max_seq_len: int = _f(4096, 64, 1 << 20)
     gradient_checkpointing: bool = _f(True, doc="recompute layer activations in backward (long calls fit in memory)")
+    eval_every: int = _f(0, 0, 100000, "evaluate greedily on a fixed held-out profile set every K iterations (0 = never)")
+    eval_profiles: int = _f(16, 1, 100000, "size of the held-out profile set (drawn once per run)")
     checkpoint_every: int = _f(1, 0, 100000, "0 = only at the end (and on a stop or a failure)")
     keep_checkpoints: int = _f(2, 0, 100000, "newest checkpoints kept on disk (0 = all)")
 

@@ -11,15 +11,17 @@ import logging
 import signal
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from .checkpoint import TrainState, latest_checkpoint, load_train_state, truncate_metrics
 from .config import SeadConfig, dump_config
 from .controller import ProfileController
+from .jsonl import write_jsonl
 from .loop import SelfEvolutionLoop
 from .metrics import compute_metrics, format_table
 from .models import resolve_model
-from .profiles import Profile
+from .profiles import Profile, read_profiles
 from .rollout import run_dialogues, write_dialogues
 from .scenario import Scenario
 
@@ -33,6 +35,21 @@ def connect(cfg: SeadConfig) -> dict:
     """Connect to the configured Ray cluster or start a local one; returns its resources."""
     from actors.system import init_ray
     return init_ray(cfg)
+
+
+HELD_OUT_SEED = 104_723   # offsets the run's seed: the held-out draw is not any training draw
+
+
+def held_out_profiles(cfg: SeadConfig, scenario: Scenario, run_dir: Path) -> list[Profile]:
+    """The run's held-out evaluation set: drawn once (uniformly over the curriculum's states, with its own
+    seed) into run_dir/eval_profiles.jsonl, read back from there on resume."""
+    path = run_dir / "eval_profiles.jsonl"
+    if path.exists():
+        return read_profiles(path, scenario)
+    curriculum = replace(cfg.curriculum, mode="uniform")
+    profiles = ProfileController(scenario, curriculum, cfg.seed + HELD_OUT_SEED).sample(cfg.train.eval_profiles)
+    write_jsonl(path, (p.to_json(scenario.schema) for p in profiles))
+    return profiles
 
 
 async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: bool = False) -> dict:
@@ -62,8 +79,9 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
         log.info("%s already finished its %d iterations: nothing to do", run_dir, cfg.train.iterations)
         return {**summary, "iterations": cfg.train.iterations, "checkpoint": str(checkpoint)}
 
+    held_out = held_out_profiles(cfg, scenario, run_dir) if cfg.train.eval_every else []
     system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir)
-    loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None)
+    loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None, held_out=held_out)
     previous_handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
     def on_stop_signal(signum, frame):
@@ -111,6 +129,12 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
                "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
                "profiles": profile_source, "decoding": cfg.dialogue.agent_eval.as_params(),
                "user_decoding": cfg.dialogue.user.as_params(), "seed": cfg.seed}
+    by_set = {}
+    for name in sorted({r["profile"].get("user_set") for r in records} - {None}):
+        by_set[name] = compute_metrics([r for r in records if r["profile"].get("user_set") == name],
+                                       scenario.schema).headline()
+    if by_set:
+        summary["by_user_set"] = by_set
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     pool = extra["pool"]
     print(format_table(m, title=f"evaluation of {agent_model} ({len(records)} dialogues, {profile_source})", extra={
@@ -118,6 +142,9 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
         "agent tokens / s": f"{result.agent_tokens_per_s:.1f}",
         "user engines alive": f"{pool['alive']}/{pool['engines']} (turns retried: {pool['retried_turns']})",
         "output": str(out_dir)}))
+    for name, h in by_set.items():
+        print(f"  user set {name:<8} n {h['n']:>4}  CR {h['cr']:.3f}  EI/TI/CI "
+              + " / ".join("-" if h[k] is None else f"{h[k]:+.2f}" for k in ("ei", "ti", "ci")))
     return summary
 
 

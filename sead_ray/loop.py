@@ -76,8 +76,9 @@ def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float]
 
 class SelfEvolutionLoop:
     def __init__(self, cfg: SeadConfig, scenario: Scenario, system: LoopSystem, run_dir: Path,
-                 start: TrainState, saved: bool):
+                 start: TrainState, saved: bool, held_out: Sequence[Profile] = ()):
         self.cfg, self.scenario, self.system, self.run_dir = cfg, scenario, system, Path(run_dir)
+        self.held_out = list(held_out)  # train.eval_every: the fixed profile set of held-out evaluations
         self.done = start              # the last completed iteration, its controller state and policy version
         self.saved_iteration = start.iteration if saved else 0
         self.stop_requested = False
@@ -127,6 +128,20 @@ class SelfEvolutionLoop:
         write_json(self.run_dir / "curriculum" / f"iter_{iteration:04d}.json", {"iteration": iteration, **snapshot})
         return snapshot
 
+    async def evaluate_held_out(self, iteration: int) -> dict:
+        """The current policy, greedily (dialogue.agent_eval), on the run's fixed held-out profiles with the
+        same seeds every time: unlike the training calls (temperature, curriculum draws) comparable
+        across iterations. Logged as phase `eval` (metrics.jsonl, TensorBoard, report)."""
+        rollout = await self._unless_stopped(run_dialogues(
+            self.system.endpoints(), self.cfg, self.scenario, self.held_out, iteration=iteration, phase="eval",
+            sampling=self.cfg.dialogue.agent_eval, seed_iteration=0))
+        records = write_dialogues(self.run_dir / "dialogues" / f"eval_{iteration:04d}.jsonl", rollout, self.scenario)
+        row = await self.system.record_iteration(iteration, "eval", records, {
+            "policy_version": self.done.policy_version, "rollout_s": rollout.wall_s, "error_calls": rollout.errors})
+        log.info("held-out evaluation after iteration %d: CR %.2f over %d calls", iteration, row["cr"] or 0.0,
+                 len(records))
+        return row
+
     # -- one iteration, the run
 
     async def iteration(self, iteration: int) -> dict:
@@ -142,10 +157,15 @@ class SelfEvolutionLoop:
 
     async def run(self) -> None:
         train = self.cfg.train
+        held_out = train.eval_every and self.held_out
+        if held_out and self.done.iteration == 0:
+            await self.evaluate_held_out(0)     # the untrained policy, the curve's first point
         for iteration in range(self.done.iteration + 1, train.iterations + 1):
             if self.stop_requested:
                 raise StopRequested
             await self.iteration(iteration)
+            if held_out and (iteration % train.eval_every == 0 or iteration == train.iterations):
+                await self.evaluate_held_out(iteration)
             if train.checkpoint_every and iteration % train.checkpoint_every == 0 or iteration == train.iterations:
                 self.save()
 

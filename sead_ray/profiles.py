@@ -4,17 +4,25 @@ Pure functions over a numpy Generator, so the same seed always gives the same pr
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from .scenario import Behavior, Scenario
 from .state import State, StateSchema, state_key
 
+log = logging.getLogger(__name__)
+
 
 class ProfileSamplingError(ValueError):
     """The request cannot be met (N_max, the grid and the rules cannot supply it)."""
+
+
+class ProfileFileError(ValueError):
+    """A profiles file that cannot be used (the message names the file and line)."""
 
 
 @dataclass(frozen=True)
@@ -172,3 +180,21 @@ def check_profile(scenario: Scenario, profile: Profile) -> list[str]:
     for rule in scenario.violated_rules(profile.state, behaviors):
         problems.append(f"violates rule '{rule.name}' ({rule.reason}) at state {state_key(profile.state)}")
     return problems
+
+
+def read_profiles(path: str | Path, scenario: Scenario) -> list[Profile]:
+    """Profiles from a JSONL file (as `sead-ray profiles sample` writes them); errors name the line,
+    inconsistencies with the scenario are logged."""
+    from .jsonl import read_jsonl
+    profiles = []
+    for lineno, value in read_jsonl(path, ProfileFileError, "profiles"):
+        try:
+            profile = Profile.from_json(value, scenario.schema)
+        except ValueError as exc:
+            raise ProfileFileError(f"{path}:{lineno}: bad profile: {exc}") from None
+        for problem in check_profile(scenario, profile):
+            log.warning("%s:%d: %s", path, lineno, problem)
+        profiles.append(profile)
+    if not profiles:
+        raise ProfileFileError(f"{path}: no profiles")
+    return profiles

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -86,7 +87,8 @@ def learning_summary(rows: list[dict], window: int = 2) -> dict:
     return out
 
 
-def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str]) -> str:
+def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str],
+                     held_out: Sequence[dict] = ()) -> str:
     lines = [f"# sead-ray run `{run_dir}`", "",
              "| iter | CR | reward | loss | KL | logprob mismatch | dialogues/s | agent tok/s | engines | s |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -101,13 +103,16 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str])
     lines += [f"- iteration {p['iteration']}: {p['text']}" for p in learning["per_iteration"]]
     if learning["verdict"] is not None:
         lines += ["", "## Before and after", "", "```", learning["verdict_text"], "```"]
+    if held_out:
+        lines += ["", "## Held-out evaluation (greedy, fixed profiles and seeds: `train.eval_every`)", ""]
+        lines += [f"- after iteration {p['iteration']}: {p['text']}" for p in learning_summary(held_out)["per_iteration"]]
     lines += ["", f"- checkpoint: `{checkpoint or 'none yet'}`",
               f"- TensorBoard: `tensorboard --logdir {run_dir / 'tensorboard'}`",
               "- plots: `progress.png`, `cr_by_state.png` (this folder)", ""]
     return "\n".join(lines)
 
 
-def _plot_progress(rows: list[dict], path: Path) -> None:
+def _plot_progress(rows: list[dict], path: Path, held_out: Sequence[dict] = ()) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
     its = [r["iteration"] for r in rows]
@@ -121,7 +126,10 @@ def _plot_progress(rows: list[dict], path: Path) -> None:
     rates = [p["k"] / p["n"] if p["n"] else float("nan") for p in per_iteration]
     ax.errorbar(its, rates, yerr=[[max(0.0, r - p["low"]) for r, p in zip(rates, per_iteration)],
                                   [max(0.0, p["high"] - r) for r, p in zip(rates, per_iteration)]],
-                fmt="o-", capsize=3, label="success rate (95 % interval)")
+                fmt="o-", capsize=3, label="success rate, training calls (95 % interval)")
+    if held_out:
+        ax.plot([r["iteration"] for r in held_out], [calls_of(r)[0] / max(1, calls_of(r)[1]) for r in held_out],
+                "D-", label="success rate, held-out evaluation")
     ax.plot(its, series("reward_mean"), "s--", label="mean reward")
     ax.set_title("outcome per iteration")
     ax.set_ylim(-0.05, 1.05)
@@ -188,8 +196,9 @@ def write_report(run_dir: Path, schema: StateSchema, checkpoint: Optional[str] =
     out = run_dir / "report"
     out.mkdir(exist_ok=True)
     written = [out / "summary.md", out / "progress.png"]
-    written[0].write_text(summary_markdown(run_dir, rows, checkpoint))
-    _plot_progress(rows, written[1])
+    held_out = read_metrics_rows(metrics, phase="eval")
+    written[0].write_text(summary_markdown(run_dir, rows, checkpoint, held_out))
+    _plot_progress(rows, written[1], held_out)
     curriculum = latest_curriculum(run_dir)
     if curriculum is not None and len(schema.dimensions) >= 2:
         written.append(out / "cr_by_state.png")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
 from .config import SamplingConfig, SeadConfig
 from .dialogue import AgentTurnOutput, Trajectory, UserRequest, UserTurnOutput, run_dialogue, turn_seed
@@ -124,8 +124,9 @@ class RolloutResult:
 
 async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: Scenario, profiles: Sequence[Profile],
                         *, iteration: int, phase: str, sampling: SamplingConfig, rollouts_per_profile: int = 1,
-                        privileged_user_view: bool = False) -> RolloutResult:
-    """Every (profile, rollout) as its own asyncio task; returns when all calls ended."""
+                        privileged_user_view: bool = False, seed_iteration: Optional[int] = None) -> RolloutResult:
+    """Every (profile, rollout) as its own asyncio task; returns when all calls ended. Sampling seeds
+    follow the iteration unless `seed_iteration` pins them (a held-out set replays the same seeds)."""
     params = sampling.as_params()
     prefix = agent_messages(scenario, [], [])
     progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
@@ -144,7 +145,7 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
 
     async def play(index: int, profile: Profile, rollout: int, replay: int) -> Trajectory:
         did = f"it{iteration:04d}-p{index:04d}-r{rollout}" + (f"-replay{replay}" if replay else "")
-        seed = dialogue_seed(cfg.seed, iteration, index, rollout)
+        seed = dialogue_seed(cfg.seed, iteration if seed_iteration is None else seed_iteration, index, rollout)
 
         async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: list) -> AgentTurnOutput:
             progress.turn()

@@ -41,7 +41,7 @@ def tiny_config(*overrides: str):
             # gradient checkpointing on (the sampling temperature stays the demo's 0.7: tempered logprobs)
             "user_sim.backend=vllm", "curriculum.user_set=''", "train.iterations=3", "train.rollouts_per_profile=1",
             "train.lr=1e-6", "train.advantage_mode=batch_mean", "train.micro_batch_size=1",
-            "train.gradient_checkpointing=true"]
+            "train.gradient_checkpointing=true", "train.eval_every=0"]
     return load_config(EMBEDDED_CONFIG, base + list(overrides))
 
 

@@ -96,7 +96,8 @@ def test_metrics_json_and_errors(tmp_path):
 def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
     """`sead-ray eval` end to end in its own process (own Ray cluster, real agent engine, rule user)."""
     out = tmp_path / "ev"
-    proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--n", 4, "--seed", 0, "--out", out,
+    proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--n", 2, "--user-sets", "soft,hard",
+                "--seed", 0, "--out", out,
                 "--set", "user_sim.backend=rule", "--set", "dialogue.max_turns=3", "--set", "ray.dashboard=false",
                 "--set", "dialogue.agent_eval.max_tokens=12", "--set", "engine.kv_cache_mb=64",
                 "--set", "engine.max_model_len=2048")
@@ -104,6 +105,9 @@ def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
     assert "CR (completion rate)" in proc.stdout and "dialogues / s" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["decoding"]["temperature"] == 0.0 and summary["profiles"] == "4 profiles sampled with seed 0"
+    # two profiles from each user set, each set reported apart
+    assert {k: v["n"] for k, v in summary["by_user_set"].items()} == {"soft": 2, "hard": 2}
+    assert "user set hard" in proc.stdout
     recomputed = json.loads(sead("metrics", out / "dialogues.jsonl", "--json", check=True).stdout)
     for key, value in recomputed.items():
         assert summary[key] == (pytest.approx(value) if value is not None else None), key

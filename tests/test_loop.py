@@ -108,7 +108,7 @@ class FakeLoopSystem:
         directory.mkdir(parents=True, exist_ok=True)
 
     async def record_iteration(self, iteration, phase, records, extra, curriculum=None):
-        self.rows.append({"iteration": iteration, **extra})
+        self.rows.append({"iteration": iteration, "phase": phase, **extra})
         return {"cr": 0.0}
 
 
@@ -167,3 +167,25 @@ def test_no_checkpoint_pairs_new_weights_with_an_unfinished_iteration(scenario, 
         pass
     # iteration 2 had already stepped: saving now would store v2 weights as iteration 1's
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_held_out_evaluation_replays_one_fixed_set(scenario, smollm_tokenizer, tmp_path):
+    from sead_ray.launch import held_out_profiles
+    cfg = tiny_config("train.batch_size=2", "train.iterations=3", "train.eval_every=2", "train.eval_profiles=3")
+    held_out = held_out_profiles(cfg, scenario, tmp_path)
+    assert held_out_profiles(cfg, scenario, tmp_path) == held_out     # read back on resume, not drawn again
+    system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
+    training_draws = ProfileController(scenario, cfg.curriculum, cfg.seed).sample(2)
+    assert not set(held_out) & set(training_draws)     # its own seed: not the first training draw
+    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict(), 0),
+                             saved=False, held_out=held_out)
+    asyncio.run(loop.run())
+    # before training, every eval_every iterations, and after the last
+    assert [(r["iteration"], r["phase"]) for r in system.rows] == [
+        (0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"), (3, "eval")]
+    runs = {}
+    for it in (0, 2, 3):
+        records = [json.loads(line) for line in (tmp_path / "dialogues" / f"eval_{it:04d}.jsonl").read_text().splitlines()]
+        runs[it] = [(r["profile"]["behaviors"], r["turns"]) for r in records]
+        assert len(records) == 3
+    assert runs[0] == runs[2] == runs[3]       # same profiles, same seeds (the agent double does not learn)

@@ -60,3 +60,27 @@ def test_report_errors_name_the_problem(tmp_path, capsys):
         write_report(tmp_path, _schema())
     assert main(["report", str(tmp_path)]) == 2
     assert "not a sead-ray run directory" in capsys.readouterr().err
+
+
+def test_learning_is_claimed_only_with_significance(tmp_path):
+    from sead_ray.report import learning_summary
+    flat = [{"iteration": i, "phase": "train", "successes": 5, "n": 16} for i in (1, 2, 3, 4)]
+    summary = learning_summary(flat)
+    assert [p["text"] for p in summary["per_iteration"]][0] == "5/16 = 0.31 [0.14, 0.56]"
+    assert summary["verdict"]["gain"] is False and "no significant gain" in summary["verdict_text"]
+    # 6/32 -> 26/32 pooled: p far below 0.05; an error call is left out of n
+    rising = [{"iteration": 1, "phase": "train", "successes": 3, "n": 17, "error_calls": 1},
+              {"iteration": 2, "phase": "train", "successes": 3, "n": 16},
+              {"iteration": 3, "phase": "train", "successes": 13, "n": 16},
+              {"iteration": 4, "phase": "train", "successes": 13, "n": 16}]
+    summary = learning_summary(rising)
+    v = summary["verdict"]
+    assert (v["before"]["k"], v["before"]["n"], v["after"]["k"], v["after"]["n"]) == (6, 32, 26, 32)
+    assert v["gain"] is True and v["p_one_sided"] < 1e-4 and "significant" in summary["verdict_text"]
+    assert learning_summary(rising[:3])["verdict"] is None       # fewer than 2 + 2 iterations: no claim
+    # the report carries both, and the held-out evaluations apart
+    held_out = [{"iteration": 0, "phase": "eval", "successes": 2, "n": 8}, {"iteration": 4, "phase": "eval", "successes": 6, "n": 8}]
+    run = _run_dir(tmp_path, rising + held_out)
+    table = write_report(run, _schema())[0].read_text()
+    assert "## Before and after" in table and "26/32 = 0.81" in table
+    assert "after iteration 0: 2/8 = 0.25" in table and "after iteration 4: 6/8 = 0.75" in table
