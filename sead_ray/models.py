@@ -175,6 +175,13 @@ def resolve_model(name: str, prepare: bool = True) -> Path:
     m = _TINY.match(name)
     if m:
         return prepare_tiny(int(m.group(1)), int(m.group(2) or 2))
+    run_dir, _, checkpoint_name = name.rpartition("@")
+    if run_dir and checkpoint_name.startswith("iter_"):   # RUN@iter_0003: one checkpoint of a run
+        checkpoints = Path(run_dir).expanduser() / "checkpoints"
+        if not (checkpoints / checkpoint_name / "hf" / "config.json").exists():
+            kept = sorted(p.name for p in checkpoints.glob("iter_*"))
+            raise ModelError(f"model {name!r}: no checkpoint {checkpoint_name!r} in {run_dir} (kept: {kept or 'none'})")
+        return (checkpoints / checkpoint_name / "hf").resolve()
     path = Path(name).expanduser()
     if (path / "config.json").exists():
         return path.resolve()
@@ -184,7 +191,7 @@ def resolve_model(name: str, prepare: bool = True) -> Path:
     if (path / "hf" / "config.json").exists():  # a checkpoint folder of a run
         return (path / "hf").resolve()
     raise ModelError(f"model {name!r} is neither {EMBEDDED_NAME}, tiny:llama-h<N>, an HF folder "
-                     f"(with config.json) nor a sead-ray run or checkpoint directory")
+                     f"(with config.json), a sead-ray run or checkpoint directory, nor RUN@iter_NNNN")
 
 
 def list_models() -> list[dict]:

