@@ -156,7 +156,7 @@ def cmd_compare(args) -> int:
         ray.shutdown()
     records = {label: read_dialogues(d / "dialogues.jsonl", scenario.schema) for label, _, d in runs}
     rows = compare_rows(records, scenario.schema, by=args.by)
-    title = f"{len(runs)} agents on {source} (decoding {cfg.dialogue.agent_eval.as_params()})"
+    title = f"{len(runs)} agents, {source}, agent temperature {cfg.dialogue.agent_eval.temperature:g}"
     write_compare(rows, out, title)
     print(format_markdown(rows, title))
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Optional
@@ -226,7 +227,7 @@ def plot_cr(rows: Sequence[Mapping], path: Path, title: str) -> None:
                   fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_ylabel("completion rate (95 % Wilson interval)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, 80), fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -79,7 +79,8 @@ def test_learning_is_claimed_only_with_significance(tmp_path):
     assert v["gain"] is True and v["p_one_sided"] < 1e-4 and "significant" in summary["verdict_text"]
     assert learning_summary(rising[:3])["verdict"] is None       # fewer than 2 + 2 iterations: no claim
     # the report carries both, and the held-out evaluations apart
-    held_out = [{"iteration": 0, "phase": "eval", "successes": 2, "n": 8}, {"iteration": 4, "phase": "eval", "successes": 6, "n": 8}]
+    held_out = [{"iteration": 0, "phase": "eval", "successes": 2, "n": 8},
+                {"iteration": 4, "phase": "eval", "successes": 6, "n": 8}]
     run = _run_dir(tmp_path, rising + held_out)
     table = write_report(run, _schema())[0].read_text()
     assert "## Before and after" in table and "26/32 = 0.81" in table
