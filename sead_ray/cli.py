@@ -89,6 +89,19 @@ def read_profiles(path: str, scenario) -> list:
         raise UsageError(str(exc)) from None
 
 
+def _evaluation_profiles(args, cfg, scenario) -> tuple[list, str]:
+    """The fixed profile set of eval/compare (a file, or N per user set sampled with --seed, which also
+    seeds every call: dialogue_seed(cfg.seed, 0, profile index) is the same for every agent)."""
+    if args.seed is not None:
+        cfg.seed = args.seed
+    if args.profiles:
+        return read_profiles(args.profiles, scenario), f"file {args.profiles}"
+    n = args.n or cfg.train.batch_size
+    profiles = [p for group in _profiles_by_user_set(cfg, scenario, args.user_sets, n, cfg.seed).values()
+                for p in group]
+    return profiles, f"{len(profiles)} profiles sampled with seed {cfg.seed}"
+
+
 def cmd_eval(args) -> int:
     import asyncio
     import time
@@ -98,16 +111,7 @@ def cmd_eval(args) -> int:
     from .launch import connect, evaluate
 
     cfg, scenario = _load(args.config, args.overrides)
-    if args.seed is not None:
-        cfg.seed = args.seed
-    if args.profiles:
-        profiles = read_profiles(args.profiles, scenario)
-        source = f"file {args.profiles}"
-    else:
-        n = args.n or cfg.train.batch_size
-        profiles = [p for group in _profiles_by_user_set(cfg, scenario, args.user_sets, n, cfg.seed).values()
-                    for p in group]
-        source = f"{len(profiles)} profiles sampled with seed {cfg.seed}"
+    profiles, source = _evaluation_profiles(args, cfg, scenario)
     out = Path(args.out or Path(cfg.output_dir) / time.strftime("eval-%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     _write_profiles(out / "profiles.jsonl", profiles, scenario)
@@ -130,14 +134,7 @@ def cmd_compare(args) -> int:
     from .models import resolve_model
 
     cfg, scenario = _load(args.config, args.overrides)
-    if args.seed is not None:
-        cfg.seed = args.seed   # dialogue_seed(cfg.seed, 0, profile index): the same for every agent
-    if args.profiles:
-        profiles, source = read_profiles(args.profiles, scenario), f"file {args.profiles}"
-    else:
-        profiles = [p for group in _profiles_by_user_set(cfg, scenario, args.user_sets, args.n, cfg.seed).values()
-                    for p in group]
-        source = f"{len(profiles)} profiles sampled with seed {cfg.seed}"
+    profiles, source = _evaluation_profiles(args, cfg, scenario)
     for ref in args.agents:   # a typo fails now, not after the first agents' hours of calls
         resolve_model(ref)
     out = Path(args.out)
