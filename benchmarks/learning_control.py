@@ -29,6 +29,7 @@ def parse_args():
                    help="override a config key in both runs")
     p.add_argument("--out", default="runs/learning-control", help="parent folder of the two runs")
     p.add_argument("--only", choices=sorted(RUNS), help="run one of the two (the other is read if present)")
+    p.add_argument("--report-only", action="store_true", help="train nothing: compare the runs already in --out")
     return p.parse_args()
 
 
@@ -49,7 +50,7 @@ def main() -> int:
     out = Path(args.out)
     walls = {}
     for name, extra in RUNS.items():
-        if args.only in (None, name):
+        if not args.report_only and args.only in (None, name):
             walls[name] = train(args.config, args.overrides + extra, out / name)
     summaries = {}
     for name in RUNS:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,31 @@ def _load(config_path: Optional[str], overrides: Sequence[str]):
     cfg = load_config(config_path, list(overrides))
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
     return cfg, scenario
+
+
+def _check_out(path: Path, kind: str, label: str = "--out") -> Path:
+    """Refuse, before any work, an output that cannot be written: a FILE that is a folder, a DIR that is
+    a file, or a place below a file or in a folder we may not write to."""
+    if kind == "dir" and path.exists() and not path.is_dir():
+        raise UsageError(f"{label} {path}: is an existing file, not a folder")
+    if kind == "file" and path.is_dir():
+        raise UsageError(f"{label} {path}: is a folder, not a file")
+    existing = path if kind == "dir" else path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{label} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{label} {path}: cannot write into {existing} (permission denied)")
+    return path
+
+
+def _make_out_dir(path: Path, label: str = "--out") -> Path:
+    try:
+        _check_out(path, "dir", label).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{label} {path}: cannot create the folder ({exc.strerror})") from None
+    return path
 
 
 def cmd_models(args) -> int:
@@ -73,8 +99,12 @@ def _write_profiles(path: Path, profiles: list, scenario) -> None:
 def cmd_profiles_sample(args) -> int:
     cfg, scenario = _load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
+    out = _check_out(Path(args.out), "file")
     profiles = _sample_profiles(cfg, scenario, args.n, seed)
-    _write_profiles(Path(args.out), profiles, scenario)
+    try:
+        _write_profiles(out, profiles, scenario)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write ({exc.strerror})") from None
     log.info("wrote %d profiles (seed %d, %d distinct initial states) to %s",
              len(profiles), seed, len({p.state for p in profiles}), args.out)
     return 0
@@ -96,7 +126,7 @@ def _evaluation_profiles(args, cfg, scenario) -> tuple[list, str]:
         cfg.seed = args.seed
     if args.profiles:
         return read_profiles(args.profiles, scenario), f"file {args.profiles}"
-    n = args.n or cfg.train.batch_size
+    n = cfg.train.batch_size if args.n is None else args.n
     profiles = [p for group in _profiles_by_user_set(cfg, scenario, args.user_sets, n, cfg.seed).values()
                 for p in group]
     return profiles, f"{len(profiles)} profiles sampled with seed {cfg.seed}"
@@ -113,7 +143,7 @@ def cmd_eval(args) -> int:
     cfg, scenario = _load(args.config, args.overrides)
     profiles, source = _evaluation_profiles(args, cfg, scenario)
     out = Path(args.out or Path(cfg.output_dir) / time.strftime("eval-%Y%m%d-%H%M%S"))
-    out.mkdir(parents=True, exist_ok=True)
+    _make_out_dir(out, "--out" if args.out else "output folder")
     _write_profiles(out / "profiles.jsonl", profiles, scenario)
     connect(cfg)
     try:
@@ -135,10 +165,10 @@ def cmd_compare(args) -> int:
 
     cfg, scenario = _load(args.config, args.overrides)
     profiles, source = _evaluation_profiles(args, cfg, scenario)
+    _check_out(Path(args.out), "dir")
     for ref in args.agents:   # a typo fails now, not after the first agents' hours of calls
         resolve_model(ref)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _make_out_dir(Path(args.out))
     _write_profiles(out / "profiles.jsonl", profiles, scenario)
     runs = [(label, ref, out / "agents" / agent_dir_name(i, label))
             for i, (label, ref) in enumerate(zip(agent_labels(args.agents), args.agents))]
@@ -166,6 +196,7 @@ def cmd_simcheck(args) -> int:
 
     cfg, scenario = _load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
+    _check_out(Path(args.out), "dir")
     profiles = _profiles_by_user_set(cfg, scenario, args.user_sets, args.n, seed)
     sets = [s for s in profiles if s]
     if cfg.user_sim.backend == "rule":   # no Ray: the rule simulator is called in this process
@@ -203,7 +234,8 @@ def cmd_train(args) -> int:
         raise UsageError("train needs --config FILE (or --resume RUN_DIR)")
     cfg, scenario = _load(str(config_path), args.overrides)
     if not args.resume:
-        run_dir = Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S"))
+        run_dir = _check_out(Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S")), "dir",
+                             "--out" if args.out else "run directory")
         from .checkpoint import latest_checkpoint
         if latest_checkpoint(run_dir) is not None:
             raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
@@ -302,7 +334,11 @@ def cmd_metrics(args) -> int:
         raise UsageError(str(exc)) from None
     m = compute_metrics(records, schema)
     if args.json:
-        print(json.dumps(m.headline()))
+        try:
+            text = json.dumps(m.headline(), allow_nan=False)
+        except ValueError:   # never print invalid JSON (e.g. sums of huge states overflowing to inf)
+            raise UsageError(f"{args.file}: the metrics are not finite numbers: {m.headline()}") from None
+        print(text)
     else:
         if not records:
             print(f"{args.file}: no dialogues")

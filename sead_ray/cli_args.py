@@ -13,6 +13,28 @@ EPILOG = """examples:
 """
 
 
+def count(text: str) -> int:
+    """argparse type of --n: an integer >= 1 (argparse names the flag in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """argparse type of --seed: an integer in 0..2**32-1 (the range of the config's `seed`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not 0 <= value <= 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"must be in 0..{2**32 - 1}, got {value}")
+    return value
+
+
 def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--config", "-c", required=required, metavar="FILE",
                    help="run config YAML (e.g. configs/embedded.yaml)")
@@ -55,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "uniformly over the allowed initial states, honouring the consistency rules and N_max. The "
                     "same seed gives the same file, byte for byte.")
     _add_config_args(sample)
-    sample.add_argument("--n", type=int, required=True, help="number of profiles")
-    sample.add_argument("--seed", type=int, default=None, help="random seed (default: the config's seed)")
+    sample.add_argument("--n", type=count, required=True, help="number of profiles")
+    sample.add_argument("--seed", type=seed, default=None, help="random seed (default: the config's seed)")
     sample.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file, one profile a line")
 
     # metrics
@@ -127,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "directory of `sead-ray train`")
     src = ev.add_mutually_exclusive_group()
     src.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
-    src.add_argument("--n", type=int, default=None, help="sample N profiles (default: train.batch_size)")
-    ev.add_argument("--seed", type=int, default=None, help="seed of the sampled profile set (default: the config's)")
+    src.add_argument("--n", type=count, default=None, help="sample N profiles (default: train.batch_size)")
+    ev.add_argument("--seed", type=seed, default=None, help="seed of the sampled profile set (default: the config's)")
     ev.add_argument("--user-sets", default=None, metavar="SET,SET",
                     help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard) and "
                          "report each set apart as well")
@@ -150,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="agent models as `eval --agent` takes them; the first is the reference of the paired tests")
     csrc = cp.add_mutually_exclusive_group(required=True)
     csrc.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
-    csrc.add_argument("--n", type=int, default=None, help="sample N profiles (per user set with --user-sets)")
-    cp.add_argument("--seed", type=int, default=None,
+    csrc.add_argument("--n", type=count, default=None, help="sample N profiles (per user set with --user-sets)")
+    cp.add_argument("--seed", type=seed, default=None,
                     help="seed of the sampled profiles and of the dialogues (default: the config's)")
     cp.add_argument("--user-sets", default=None, metavar="SET,SET",
                     help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard)")
@@ -173,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  sead-ray simcheck --config configs/embedded.yaml --set user_sim.backend=vllm --n 24 "
                "--user-sets soft,hard --out simcheck-llm", formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_args(sc)
-    sc.add_argument("--n", type=int, required=True, help="profiles per user set")
-    sc.add_argument("--seed", type=int, default=None, help="seed of the sampled profiles (default: the config's)")
+    sc.add_argument("--n", type=count, required=True, help="profiles per user set")
+    sc.add_argument("--seed", type=seed, default=None, help="seed of the sampled profiles (default: the config's)")
     sc.add_argument("--user-sets", default=None, metavar="SET,SET",
                     help="sample N profiles from each of these user sets of the scenario and report each "
                          "(default: the config's curriculum.user_set)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -15,11 +16,20 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from .jsonl import read_text
+
 EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
 
 
 class ConfigError(ValueError):
     """A configuration or scenario file is invalid; the message names the key and the file."""
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line, to follow "not valid YAML": ' at line L, column C: problem' (or ': problem')."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return (f" at line {mark.line + 1}, column {mark.column + 1}" if mark else "") + f": {problem}"
 
 
 def _range(lo: float | None = None, hi: float | None = None, doc: str = "") -> dict:
@@ -179,7 +189,7 @@ class AgentConfig:
 
 @dataclass
 class SeadConfig:
-    seed: int = _f(0)
+    seed: int = _f(0, 0, 2**32 - 1)
     scenario: str = _f("scenarios/restaurant_promotion.yaml", doc="path, relative to the config file")
     output_dir: str = _f("runs", doc="parent folder of run directories")
     models: ModelsConfig = _f(ModelsConfig())
@@ -208,7 +218,9 @@ class SeadConfig:
 def _check_scalar(value: Any, tp: Any, key: str, where: str) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
-        if value not in typing.get_args(tp):
+        if value is False and "off" in typing.get_args(tp):
+            value = "off"   # YAML 1.1 reads a bare `off` (e.g. `curriculum.mode: off`) as false
+        if isinstance(value, bool) or value not in typing.get_args(tp):
             raise ConfigError(f"{where}: {key} = {value!r} is not one of {list(typing.get_args(tp))}")
         return value
     if origin in (Union, types.UnionType):
@@ -235,6 +247,8 @@ def _check_scalar(value: Any, tp: Any, key: str, where: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+        if not math.isfinite(value):   # NaN passes every range check: refuse it here, with inf
+            raise ConfigError(f"{where}: {key} must be a finite number, got {value}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -248,7 +262,7 @@ def _build(cls: type, data: Any, prefix: str, where: str):
         raise ConfigError(f"{where}: {prefix or 'the file'} must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - set(names), key=str)
     if unknown:
         key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
         raise ConfigError(f"{where}: unknown key '{key}' (known here: {', '.join(sorted(names))})")
@@ -276,7 +290,10 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
             raise ConfigError(f"--set {dotted}: '{k}' is not a section")
-    node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
+    try:
+        node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {dotted}={raw}: the value is not valid YAML{yaml_problem(exc)}") from None
 
 
 def parse_overrides(overrides: list[str] | None) -> list[tuple[str, str]]:
@@ -285,6 +302,8 @@ def parse_overrides(overrides: list[str] | None) -> list[tuple[str, str]]:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.batch_size=4")
         key, raw = item.split("=", 1)
+        if not all(part.strip() for part in key.split(".")):
+            raise ConfigError(f"--set {item!r}: empty key, expected KEY=VALUE, e.g. train.batch_size=4")
         pairs.append((key.strip(), raw))
     return pairs
 
@@ -295,14 +314,11 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     where = "<defaults>"
     if path is not None:
         where = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{where}: cannot read config file ({exc.strerror})") from None
+        text = read_text(path, ConfigError, "config file")
         try:
             tree = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{where}: not valid YAML{yaml_problem(exc)}") from None
         if not isinstance(tree, dict):
             raise ConfigError(f"{where}: the top level must be a mapping of keys")
     for key, raw in parse_overrides(overrides):

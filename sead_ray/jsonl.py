@@ -9,20 +9,43 @@ from pathlib import Path
 from typing import Any
 
 
-def read_jsonl(path: str | Path, error: type[Exception] = ValueError, what: str = "file") -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) for every non-blank line; raises `error` naming `path:line` at the
-    first line that is not JSON, or `path` when the file cannot be read."""
+def read_text(path: str | Path, error: type[Exception] = ValueError, what: str = "file") -> str:
+    """The file as UTF-8 text; raises `error` naming `path` when it cannot be read, `path:line` when it
+    is not UTF-8."""
     try:
-        lines = Path(path).read_text().splitlines()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: cannot read {what}: not UTF-8 text (byte 0x{data[exc.start]:02x} "
+                    f"at offset {exc.start})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_jsonl(path: str | Path, error: type[Exception] = ValueError, what: str = "file",
+               allow_nan: bool = True) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) for every non-blank line; raises `error` naming `path:line` at the
+    first line that is not JSON (or holds NaN/Infinity unless `allow_nan`), or `path` when the file
+    cannot be read."""
+    lines = read_text(path, error, what).splitlines()
+    extra = {} if allow_nan else {"parse_constant": _no_constant}
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json.loads(line, **extra)
         except json.JSONDecodeError as exc:
             raise error(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except ValueError as exc:   # NaN / Infinity / -Infinity with allow_nan=False
+            raise error(f"{path}:{lineno}: {exc} (use null)") from None
+        except RecursionError:
+            raise error(f"{path}:{lineno}: JSON nested too deeply") from None
         yield lineno, value
 
 

@@ -67,18 +67,27 @@ def _validate(record: object, dims: Sequence[tuple[str, int]]) -> Optional[str]:
                 return f"turns[{i}].{key} must be an object or null"
             for name, _ in dims:
                 v = s.get(name)
-                if not isinstance(v, (int, float)) or isinstance(v, bool):
-                    return f"turns[{i}].{key}.{name} must be a number, got {v!r}"
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                    return f"turns[{i}].{key}.{name} must be a finite number, got {v!r}"
         if t.get("user_status", "continue") not in STATUSES:
             return f"turns[{i}].user_status must be one of {list(STATUSES)}"
+    for key in ("user_parse_failures", "agent_tokens"):
+        v = record.get(key)
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
+            return f"'{key}' must be a count, got {v!r}"
+    timing = record.get("timing")
+    accel = timing.get("accel_s") if isinstance(timing, dict) else None
+    if isinstance(accel, float) and not math.isfinite(accel):
+        return f"timing.accel_s must be a finite number, got {accel!r}"
     return None
 
 
 def read_dialogues(path: str | Path, schema: Optional[StateSchema] = None) -> list[dict]:
-    """Read a dialogues JSONL file; raises DialogueFileError naming the line of the first bad record."""
+    """Read a dialogues JSONL file; raises DialogueFileError naming the line of the first bad record
+    (NaN and Infinity included: the metrics of such a record are not numbers)."""
     dims = dimensions_of(schema)
     records = []
-    for lineno, record in read_jsonl(path, DialogueFileError, "dialogues"):
+    for lineno, record in read_jsonl(path, DialogueFileError, "dialogues", allow_nan=False):
         problem = _validate(record, dims)
         if problem:
             raise DialogueFileError(f"{path}:{lineno}: {problem}")

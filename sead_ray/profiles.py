@@ -183,15 +183,22 @@ def check_profile(scenario: Scenario, profile: Profile) -> list[str]:
 
 
 def read_profiles(path: str | Path, scenario: Scenario) -> list[Profile]:
-    """Profiles from a JSONL file (as `sead-ray profiles sample` writes them); errors name the line,
-    inconsistencies with the scenario are logged."""
+    """Profiles from a JSONL file (as `sead-ray profiles sample` writes them); errors (a bad record, a
+    behavior the scenario does not know) name the line, inconsistencies with the scenario are logged."""
     from .jsonl import read_jsonl
     profiles = []
-    for lineno, value in read_jsonl(path, ProfileFileError, "profiles"):
+    library = {b.text for b in scenario.behaviors}
+    for lineno, value in read_jsonl(path, ProfileFileError, "profiles", allow_nan=False):
         try:
             profile = Profile.from_json(value, scenario.schema)
         except ValueError as exc:
             raise ProfileFileError(f"{path}:{lineno}: bad profile: {exc}") from None
+        unknown = [b for b in profile.behaviors if b not in library]
+        if unknown:   # the simulator would play a behavior this scenario never defined (another scenario's file?)
+            raise ProfileFileError(f"{path}:{lineno}: behavior(s) not in the library of scenario "
+                                   f"{scenario.name!r}: {unknown}")
+        # Rule violations stay warnings: a user may replay such profiles on purpose (a stress set, or a
+        # set drawn before the scenario's rules changed), and every behavior is still one the simulator knows.
         for problem in check_profile(scenario, profile):
             log.warning("%s:%d: %s", path, lineno, problem)
         profiles.append(profile)

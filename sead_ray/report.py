@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from .jsonl import read_jsonl
+from .jsonl import read_jsonl, read_text
 from .significance import format_verdict, learning_verdict, success_rate
 from .state import StateSchema, parse_state_key
 
@@ -35,9 +35,35 @@ def read_metrics_rows(path: Path, phase: str = "train") -> list[dict]:
     return [rows[k] for k in sorted(rows)]
 
 
-def latest_curriculum(run_dir: Path) -> Optional[dict]:
+def latest_curriculum(run_dir: Path, schema: Optional[StateSchema] = None) -> Optional[dict]:
+    """The newest `curriculum/iter_NNNN.json`, or None; raises ReportError naming the file when it is not
+    JSON or its `states` do not map states of the schema's grid to {attempts, successes} counts."""
     files = sorted((run_dir / "curriculum").glob("iter_*.json"))
-    return json.loads(files[-1].read_text()) if files else None
+    if not files:
+        return None
+    text = read_text(files[-1], ReportError, "curriculum")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{files[-1]}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    states = data.get("states") if isinstance(data, dict) else None
+    if not isinstance(states, dict):
+        raise ReportError(f"{files[-1]}: a curriculum file must be an object with a 'states' object")
+    for key, entry in states.items():
+        if not _grid_state(key, schema) or not isinstance(entry, dict) \
+                or not all(isinstance(entry.get(k, 0), int) for k in ("attempts", "successes")):
+            raise ReportError(f"{files[-1]}: states.{key}: not a state of the scenario's grid with integer "
+                              "attempts and successes")
+    return data
+
+
+def _grid_state(key: str, schema: Optional[StateSchema]) -> bool:
+    try:
+        state = parse_state_key(key)
+    except ValueError:
+        return False
+    return schema is None or len(state) == len(schema.max_levels) and \
+        all(0 <= v <= top for v, top in zip(state, schema.max_levels))
 
 
 def cr_grid(curriculum: dict, schema: StateSchema, rows_dim: int, cols_dim: int) -> list[list[Optional[float]]]:
@@ -193,13 +219,13 @@ def write_report(run_dir: Path, schema: StateSchema, checkpoint: Optional[str] =
     rows = read_metrics_rows(metrics)
     if not rows:
         raise ReportError(f"{metrics} has no finished training iteration yet")
+    curriculum = latest_curriculum(run_dir, schema)   # a broken file fails before anything is written
     out = run_dir / "report"
     out.mkdir(exist_ok=True)
     written = [out / "summary.md", out / "progress.png"]
     held_out = read_metrics_rows(metrics, phase="eval")
     written[0].write_text(summary_markdown(run_dir, rows, checkpoint, held_out))
     _plot_progress(rows, written[1], held_out)
-    curriculum = latest_curriculum(run_dir)
     if curriculum is not None and len(schema.dimensions) >= 2:
         written.append(out / "cr_by_state.png")
         _plot_cr_by_state(curriculum, schema, written[-1])

@@ -7,6 +7,7 @@ rules. A new domain is a new scenario file; no code changes.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,11 +18,13 @@ from typing import Any, Optional
 import yaml
 
 from .concerns import RuleUserSpec, load_rule_user
-from .config import ConfigError
+from .config import ConfigError, yaml_problem
+from .jsonl import read_text
 from .sim_rules import StatusGuard
 from .state import Dimension, State, StateSchema
 
 USER_STATUSES = ("continue", "accept", "refuse", "hangup")
+MAX_GRID_STATES = 100_000   # the grid is enumerated (allowed states, curriculum tables): keep it in memory
 
 
 @dataclass(frozen=True)
@@ -142,11 +145,11 @@ def _load_behavior_library(spec: Any, base: Path, where: str) -> list[Behavior]:
             raise ConfigError(f"{where}: field 'behaviors.file' must be a string")
         try:
             if ref.startswith("package:"):
-                text = resources.files("sead_ray").joinpath("data", ref[len("package:"):]).read_text()
+                text = resources.files("sead_ray").joinpath("data", ref[len("package:"):]).read_text("utf-8")
             else:
-                text = (base / ref).read_text()
+                text = (base / ref).read_text(encoding="utf-8")
             data = json.loads(text)
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{where}: field 'behaviors.file' = {ref!r} cannot be read: {exc}") from None
         if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), dict):
             data = next(iter(data.values()))  # the SEAD file wraps categories in one top-level key
@@ -183,6 +186,10 @@ def _load_schema(items: Any, where: str) -> StateSchema:
     names = [d.name for d in dims]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: field 'state_schema' repeats a dimension name: {names}")
+    size = math.prod(len(d.levels) for d in dims)
+    if size > MAX_GRID_STATES:
+        raise ConfigError(f"{where}: field 'state_schema' spans {size:,} states (the product of its level "
+                          f"counts); at most {MAX_GRID_STATES:,} are supported")
     return StateSchema(tuple(dims))
 
 
@@ -280,11 +287,9 @@ def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     where = str(path)
     try:
-        tree = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read scenario file ({exc.strerror})") from None
+        tree = yaml.safe_load(read_text(path, ConfigError, "scenario file"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{where}: not valid YAML{yaml_problem(exc)}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{where}: a scenario file must be a mapping of fields")
     known = {"name", "description", "agent", "task", "user", "state_schema", "behaviors", "consistency", "rule_user",
