@@ -42,6 +42,19 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help="override a config key, e.g. --set train.batch_size=4 (repeatable; values are YAML)")
 
 
+def _add_profile_set_args(p: argparse.ArgumentParser, required: bool) -> None:
+    """The fixed profile set of eval and compare: a file, or N sampled (per user set) with a seed."""
+    source = p.add_mutually_exclusive_group(required=required)
+    source.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
+    source.add_argument("--n", type=count, default=None,
+                        help="sample N profiles, per user set with --user-sets (default: train.batch_size)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed of the sampled profiles and of every call's sampling (default: the config's)")
+    p.add_argument("--user-sets", default=None, metavar="SET,SET",
+                   help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard); each set "
+                        "is also reported apart")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sead-ray",
@@ -147,13 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--agent", required=True, metavar="MODEL",
                     help="agent model: HF folder, embedded:smollm2-135m-instruct, tiny:llama-h64, or a run/checkpoint "
                          "directory of `sead-ray train`")
-    src = ev.add_mutually_exclusive_group()
-    src.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
-    src.add_argument("--n", type=count, default=None, help="sample N profiles (default: train.batch_size)")
-    ev.add_argument("--seed", type=seed, default=None, help="seed of the sampled profile set (default: the config's)")
-    ev.add_argument("--user-sets", default=None, metavar="SET,SET",
-                    help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard) and "
-                         "report each set apart as well")
+    _add_profile_set_args(ev, required=False)
     ev.add_argument("--out", default=None, metavar="DIR", help="output folder (default: <output_dir>/eval-<time>)")
 
     # compare
@@ -170,13 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(cp)
     cp.add_argument("--agents", required=True, nargs="+", metavar="MODEL",
                     help="agent models as `eval --agent` takes them; the first is the reference of the paired tests")
-    csrc = cp.add_mutually_exclusive_group(required=True)
-    csrc.add_argument("--profiles", metavar="FILE.jsonl", help="fixed profile set (as written by `profiles sample`)")
-    csrc.add_argument("--n", type=count, default=None, help="sample N profiles (per user set with --user-sets)")
-    cp.add_argument("--seed", type=seed, default=None,
-                    help="seed of the sampled profiles and of the dialogues (default: the config's)")
-    cp.add_argument("--user-sets", default=None, metavar="SET,SET",
-                    help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard)")
+    _add_profile_set_args(cp, required=True)
     cp.add_argument("--by", default=None, choices=["user_set"], help="also split the rows by the profiles' user set")
     cp.add_argument("--out", required=True, metavar="DIR", help="output folder")
 
