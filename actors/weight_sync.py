@@ -51,6 +51,21 @@ def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def write_private_weights(tensors: dict, prefix: str) -> str:
+    """Save tensors to a new file in shared memory that only this user can read (mkstemp: mode 0600 and
+    an unguessable name, so no other local user can read or swap the weights an engine loads); the file
+    is removed again if writing fails."""
+    from safetensors.torch import save_file
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".safetensors", dir=_shm_dir())
+    os.close(fd)
+    try:
+        save_file(tensors, path)
+    except BaseException:
+        discard(path)
+        raise
+    return path
+
+
 def _nbytes(tensors: Iterable[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -84,10 +99,8 @@ class _FileTransport:
 
 class ShmTransport(_FileTransport):
     def publish(self, pairs, version):
-        from safetensors.torch import save_file
         tensors = {name: t.contiguous() for name, t in pairs}
-        path = os.path.join(_shm_dir(), f"sead-weights-v{version}-{os.getpid()}.safetensors")
-        save_file(tensors, path)
+        path = write_private_weights(tensors, f"sead-weights-v{version}-")
         return WeightHandle(version, "shm", path=path, nbytes=_nbytes(tensors.values()))
 
 
@@ -113,13 +126,10 @@ def materialize(handle: WeightHandle) -> tuple[str, bool]:
     if handle.transport == "shm":
         return handle.path, False
     import ray
-    from safetensors.torch import save_file
     tensors: dict = {}
     for bucket in ray.get(list(handle.buckets)):
         tensors.update(bucket)
-    path = os.path.join(_shm_dir(), f"sead-recv-v{handle.version}-{os.getpid()}.safetensors")
-    save_file(tensors, path)
-    return path, True
+    return write_private_weights(tensors, f"sead-recv-v{handle.version}-"), True
 
 
 def discard(path: str) -> None:

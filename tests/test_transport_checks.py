@@ -61,3 +61,29 @@ def test_engine_settings_follow_the_device_and_the_transport():
     spec = engine_spec_from_config(gpu, "agent_policy", "m", 0)
     assert (spec.enforce_eager, spec.chunked_prefill, spec.tensor_parallel_size, spec.sleep_mode) == (False, True, 2, True)
     assert engine_spec_from_config(tiny_config(), "agent_policy", "m", 0).weight_transfer_backend == ""   # shm
+
+
+def test_weight_files_are_private_unguessable_and_never_left_half_written(monkeypatch):
+    import os
+    import stat
+
+    import torch
+
+    from actors import weight_sync
+    tensors = {"w": torch.ones(3)}
+    a, b = (weight_sync.write_private_weights(tensors, "sead-weights-v1-") for _ in range(2))
+    try:
+        assert a != b and os.path.basename(a).startswith("sead-weights-v1-")     # same version, new names
+        assert stat.S_IMODE(os.stat(a).st_mode) == 0o600                          # only this user reads it
+        from safetensors.torch import load_file
+        assert torch.equal(load_file(a)["w"], tensors["w"])
+    finally:
+        weight_sync.discard(a), weight_sync.discard(b)
+    prefix = f"sead-test-{os.getpid()}-"     # other runs on this machine write their own weight files
+
+    def disk_full(tensors, path):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("safetensors.torch.save_file", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        weight_sync.write_private_weights(tensors, prefix)
+    assert not [f for f in os.listdir(weight_sync._shm_dir()) if f.startswith(prefix)]   # nothing left behind
