@@ -34,14 +34,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from .concerns import RuleUserSpec
 from .dialogue import UserRequest, UserTurnOutput
-from .scenario import RuleUserSpec, Scenario
+from .scenario import Scenario
 
 _WORD = re.compile(r"[a-z0-9]+")
 # Words too common to show that a reply uses a fact (and the scenario's titles, added per scenario).
 _COMMON = frozenset("""about after also before being call calls could does from have here into just like
 make more most much only other over same some than that their them then there these they this those
-through under very want were what when where which while will with would your yours you're""".split())
+through under very want were what when where which while will with would your yours""".split())
 
 
 def words_of(text: str) -> list[str]:

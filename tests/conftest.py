@@ -29,6 +29,12 @@ def smollm_tokenizer():
     return AutoTokenizer.from_pretrained(prepare_embedded())
 
 
+# The tests' own setting, not the demo's: the whole grid, no GRPO groups, no held-out evaluations,
+# gradient checkpointing on (the sampling temperature stays the demo's 0.7: tempered logprobs).
+TEST_SETTING = ["curriculum.user_set=''", "train.rollouts_per_profile=1", "train.advantage_mode=batch_mean",
+                "train.gradient_checkpointing=true", "train.eval_every=0"]
+
+
 def tiny_config(*overrides: str):
     """The embedded config shrunk for tests: tiny random Llama engines, short calls, small caches."""
     from sead_ray.config import load_config
@@ -36,12 +42,8 @@ def tiny_config(*overrides: str):
             "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12",
             "dialogue.user.max_tokens=48", "dialogue.user_reply_max_chars=24", "engine.kv_cache_mb=64",
             "engine.max_model_len=2048", "engine.max_num_seqs=16", "engine.cpu_bind=nobind",
-            "ray.dashboard=false", "placement.timeout_s=30",
-            # the tests' own setting, not the demo's: the LLM simulator on the whole grid, no GRPO groups,
-            # gradient checkpointing on (the sampling temperature stays the demo's 0.7: tempered logprobs)
-            "user_sim.backend=vllm", "curriculum.user_set=''", "train.iterations=3", "train.rollouts_per_profile=1",
-            "train.lr=1e-6", "train.advantage_mode=batch_mean", "train.micro_batch_size=1",
-            "train.gradient_checkpointing=true", "train.eval_every=0"]
+            "ray.dashboard=false", "placement.timeout_s=30", "user_sim.backend=vllm", "train.iterations=3",
+            "train.lr=1e-6", "train.micro_batch_size=1", *TEST_SETTING]
     return load_config(EMBEDDED_CONFIG, base + list(overrides))
 
 

@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from tests.conftest import EMBEDDED_CONFIG
+from tests.conftest import EMBEDDED_CONFIG, TEST_SETTING
 
 pytestmark = pytest.mark.slow
 
 SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=3", "train.batch_size=4",
             "train.micro_batch_size=2", "train.checkpoint_every=1", "train.keep_checkpoints=0", "dialogue.max_turns=3",
             "dialogue.agent_train.max_tokens=12", "engine.kv_cache_mb=64", "engine.max_model_len=2048",
-            "ray.dashboard=false", "train.lr=1e-3", "seed=5"]
+            "ray.dashboard=false", "train.lr=1e-3", "seed=5", *TEST_SETTING]
 
 
 def _cmd(*args):
