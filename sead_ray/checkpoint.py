@@ -7,12 +7,13 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -102,3 +103,33 @@ def truncate_metrics(path: Path, last_iteration: int) -> None:
         if row is not None and row.get("iteration", 0) <= last_iteration:
             rows.append(row)
     write_jsonl(path, rows)
+
+
+class RunDirectoryBusy(RuntimeError):
+    """Another live process trains in this run directory."""
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """Hold RUN/.lock for the duration of a run: two runs writing one directory would interleave
+    metrics rows and overwrite each other's checkpoints. The OS drops the lock when the holder dies,
+    so a killed run never leaves the directory locked."""
+    import fcntl
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / ".lock"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise RunDirectoryBusy(f"{run_dir} is in use by a live run ({holder}); wait for it or stop it "
+                                   f"before resuming") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {os.uname().nodename}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

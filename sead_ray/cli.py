@@ -240,11 +240,16 @@ def cmd_train(args) -> int:
         if latest_checkpoint(run_dir) is not None:
             raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
                              f"`sead-ray train --resume {run_dir}` or choose another --out")
-    connect(cfg)
+    from .checkpoint import RunDirectoryBusy, run_dir_lock
     try:
-        summary = asyncio.run(train(cfg, scenario, run_dir, resume=bool(args.resume)))
-    finally:
-        ray.shutdown()
+        with run_dir_lock(run_dir):      # before Ray and any engine start
+            connect(cfg)
+            try:
+                summary = asyncio.run(train(cfg, scenario, run_dir, resume=bool(args.resume)))
+            finally:
+                ray.shutdown()
+    except RunDirectoryBusy as exc:
+        raise UsageError(str(exc)) from None
     report = _write_report_quietly(Path(summary["run_dir"]), scenario.schema, summary.get("checkpoint"))
     state = "stopped early" if summary.get("interrupted") else "finished"
     _print_learning(Path(summary["run_dir"]))

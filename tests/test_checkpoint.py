@@ -40,3 +40,40 @@ def test_truncating_metrics_drops_later_rows_and_a_torn_line(tmp_path):
     path.write_text('{"iteration": 1}\n{"iteration": 2}\n{"iteration": 3}\n{"iterat')
     truncate_metrics(path, 2)
     assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [1, 2]
+
+
+def test_a_run_directory_takes_one_live_run_at_a_time(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    import pytest
+
+    from sead_ray.checkpoint import RunDirectoryBusy, run_dir_lock
+    from sead_ray.cli import main
+    from sead_ray.config import dump_config, load_config
+    from tests.conftest import EMBEDDED_CONFIG
+    run = tmp_path / "run"
+    run.mkdir()
+    dump_config(load_config(EMBEDDED_CONFIG), run / "config.yaml")
+    with run_dir_lock(run):
+        with pytest.raises(RunDirectoryBusy, match=f"pid {os.getpid()}"):
+            with run_dir_lock(run):
+                pass
+        # the CLI refuses before Ray or any engine starts: exit 2 naming the holder
+        assert main(["train", "--resume", str(run)]) == 2
+        assert f"in use by a live run (pid {os.getpid()}" in capsys.readouterr().err
+    with run_dir_lock(run):        # released at the end of the run
+        pass
+    # a holder that dies (kill -9) leaves nothing locked
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from sead_ray.checkpoint import run_dir_lock\n"
+                               "with run_dir_lock(Path(sys.argv[1])):\n print('locked', flush=True); time.sleep(60)",
+                               str(run)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(RunDirectoryBusy, match=f"pid {holder.pid}"):
+        with run_dir_lock(run):
+            pass
+    holder.kill()
+    holder.wait()
+    with run_dir_lock(run):
+        pass
