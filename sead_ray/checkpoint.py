@@ -133,3 +133,18 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# What a run's checkpoints and curriculum were made with: changing one on resume would fail after the
+# engines started (DeepSpeed shards per rank) or silently mix two runs (scenario, seed, model).
+FIXED_FOR_A_RUN = ("scenario", "seed", "models.agent", "models.dtype", "trainer.num_workers", "trainer.zero_stage")
+
+
+def resume_conflicts(saved: dict, wanted: dict) -> list[str]:
+    """`key old -> new` for each FIXED_FOR_A_RUN key a resume would change (configs as config_to_dict)."""
+    def value(tree: dict, key: str) -> Any:
+        for part in key.split("."):
+            tree = tree[part]
+        return tree
+    return [f"{k} {value(saved, k)!r} -> {value(wanted, k)!r}" for k in FIXED_FOR_A_RUN
+            if value(saved, k) != value(wanted, k)]

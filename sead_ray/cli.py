@@ -221,6 +221,7 @@ def cmd_train(args) -> int:
 
     import ray
 
+    from .checkpoint import RunDirectoryBusy, latest_checkpoint, run_dir_lock
     from .launch import connect, train
 
     if args.resume:
@@ -233,14 +234,14 @@ def cmd_train(args) -> int:
     else:
         raise UsageError("train needs --config FILE (or --resume RUN_DIR)")
     cfg, scenario = _load(str(config_path), args.overrides)
-    if not args.resume:
+    if args.resume:
+        _check_resumable(cfg, run_dir)
+    else:
         run_dir = _check_out(Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S")), "dir",
                              "--out" if args.out else "run directory")
-        from .checkpoint import latest_checkpoint
         if latest_checkpoint(run_dir) is not None:
             raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
                              f"`sead-ray train --resume {run_dir}` or choose another --out")
-    from .checkpoint import RunDirectoryBusy, run_dir_lock
     try:
         with run_dir_lock(run_dir):      # before Ray and any engine start
             connect(cfg)
@@ -264,6 +265,15 @@ def cmd_train(args) -> int:
     else:
         print(f"  evaluate with : sead-ray eval --config {summary['run_dir']}/config.yaml --agent {summary['run_dir']}")
     return 130 if summary.get("interrupted") else 0
+
+
+def _check_resumable(cfg, run_dir: Path) -> None:
+    from .checkpoint import resume_conflicts
+    from .config import config_to_dict, load_config
+    changed = resume_conflicts(config_to_dict(load_config(run_dir / "config.yaml")), config_to_dict(cfg))
+    if changed:
+        raise UsageError(f"{run_dir}: cannot resume with {', '.join(changed)}: the run's checkpoints were made with "
+                         f"the first (start a new run with --out to change it)")
 
 
 def _print_learning(run_dir: Path) -> None:

@@ -77,3 +77,16 @@ def test_a_run_directory_takes_one_live_run_at_a_time(tmp_path, capsys):
     holder.wait()
     with run_dir_lock(run):
         pass
+
+
+def test_resume_refuses_to_change_what_the_checkpoints_were_made_with(tmp_path, capsys):
+    from sead_ray.cli import main
+    from sead_ray.config import dump_config, load_config
+    from tests.conftest import EMBEDDED_CONFIG
+    run = tmp_path / "run"
+    run.mkdir()
+    dump_config(load_config(EMBEDDED_CONFIG), run / "config.yaml")
+    # refused before Ray or any engine starts, naming the key, the old and the new value
+    assert main(["train", "--resume", str(run), "--set", "trainer.num_workers=4", "--set", "seed=9"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot resume with seed 0 -> 9, trainer.num_workers 2 -> 4" in err and "Traceback" not in err
