@@ -15,27 +15,18 @@ compare.json, compare.md and compare.png. Playing the calls is `sead-ray compare
 from __future__ import annotations
 
 import json
-import math
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Optional
 
-from .metrics import compute_metrics, dimensions_of
+from .metrics import compute_metrics, dimensions_of, estimate_pairs, mean_std
 from .significance import mcnemar_exact_greater, wilson_interval
 from .state import StateSchema
 
 ROW_KEYS = ("agent", "n", "cr", "cr_low", "cr_high", "att", "upa", "ei", "ti", "ci", "errors")
 DELTA_KEYS = (("ei", "emotion"), ("ti", "trust"), ("ci", "cooperation"))
-
-
-def _mean_std(xs: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
-    """Mean and population std (as metrics.py's ATT std), or (None, None) without data."""
-    if not xs:
-        return None, None
-    m = sum(xs) / len(xs)
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
 
 
 def turn_accuracy(estimate: Mapping, truth: Mapping, dims: Sequence[tuple[str, int]]) -> float:
@@ -44,35 +35,21 @@ def turn_accuracy(estimate: Mapping, truth: Mapping, dims: Sequence[tuple[str, i
     return 1.0 - sum(abs(float(estimate[name]) - float(truth[name])) / hi for name, hi in dims) / len(dims)
 
 
-def _estimate_turns(record: Mapping, dims: Sequence[tuple[str, int]]) -> tuple[list[tuple[dict, dict]], int]:
-    """(estimate, state the agent last saw) per agent turn that gave an estimate, as metrics.py pairs
-    them, and the number of agent turns."""
-    profile = record["profile"]
-    seen = {name: profile[name] for name, _ in dims}
-    pairs = []
-    for t in record["turns"]:
-        if t.get("agent_estimate") is not None:
-            pairs.append((t["agent_estimate"], seen))
-        if t.get("user_state") is not None:
-            seen = {name: t["user_state"][name] for name, _ in dims}
-    return pairs, len(record["turns"])
-
-
 def upa_parts(records: Sequence[Mapping], dims: Sequence[tuple[str, int]]) -> dict:
     """UPA mean/std over estimated turns, the share of turns estimated, and the two guessers' UPA on
     those same turns (initial state of the profile; the middle max_level / 2 of every scale)."""
     acc, init, mid, turns = [], [], [], 0
     middle = {name: hi / 2 for name, hi in dims}
     for r in records:
-        pairs, n_turns = _estimate_turns(r, dims)
-        turns += n_turns
+        pairs, _ = estimate_pairs(r, dims)
+        turns += len(r["turns"])
         for est, seen in pairs:
             acc.append(turn_accuracy(est, seen, dims))
             init.append(turn_accuracy(r["profile"], seen, dims))
             mid.append(turn_accuracy(middle, seen, dims))
-    upa, upa_std = _mean_std(acc)
+    upa, upa_std = mean_std(acc)
     return {"upa": upa, "upa_std": upa_std, "upa_estimate_share": len(acc) / turns if turns else None,
-            "upa_initial_guess": _mean_std(init)[0], "upa_middle_guess": _mean_std(mid)[0]}
+            "upa_initial_guess": mean_std(init)[0], "upa_middle_guess": mean_std(mid)[0]}
 
 
 def _row(agent: str, records: Sequence[Mapping], schema: Optional[StateSchema]) -> dict:
@@ -84,20 +61,12 @@ def _row(agent: str, records: Sequence[Mapping], schema: Optional[StateSchema]) 
     row: dict = {"agent": agent, "n": len(played), "errors": len(records) - len(played), "successes": k,
                  "cr": m.cr, "cr_low": low, "cr_high": high, "att": m.att, "att_std": m.att_std,
                  **upa_parts(played, dims)}
+    finals = [estimate_pairs(r, dims)[1] for r in played]
     names = {name for name, _ in dims}
     for key, name in DELTA_KEYS:
-        mean, std = _mean_std([final_value(r, name) - r["profile"][name] for r in played] if name in names else [])
+        mean, std = mean_std([f[name] - r["profile"][name] for f, r in zip(finals, played)] if name in names else [])
         row[key], row[f"{key}_std"] = mean, std
     return row
-
-
-def final_value(record: Mapping, name: str) -> float:
-    """The simulator's last reported value of one dimension (the initial one if it never reported)."""
-    value = record["profile"][name]
-    for t in record["turns"]:
-        if t.get("user_state") is not None:
-            value = t["user_state"][name]
-    return value
 
 
 def check_same_profiles(records_by_agent: Mapping[str, Sequence[Mapping]]) -> None:

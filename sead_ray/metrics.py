@@ -125,6 +125,25 @@ def _mean(xs: Sequence[float]) -> Optional[float]:
     return sum(xs) / len(xs) if xs else None
 
 
+def mean_std(xs: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
+    """Mean and population std (ATT's std), or (None, None) without data."""
+    m = _mean(xs)
+    return (None, None) if m is None else (m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs)))
+
+
+def estimate_pairs(record: Mapping, dims: Sequence[tuple[str, int]]) -> tuple[list[tuple[Mapping, dict]], dict]:
+    """(estimate, the simulator state the agent last saw) for each agent turn that gave an estimate, the
+    pairs UPA is scored on, and the simulator's final state (its initial one if it never reported)."""
+    seen = {name: record["profile"][name] for name, _ in dims}
+    pairs = []
+    for t in record["turns"]:
+        if t.get("agent_estimate") is not None:
+            pairs.append((t["agent_estimate"], seen))
+        if t.get("user_state") is not None:
+            seen = {name: t["user_state"][name] for name, _ in dims}
+    return pairs, seen
+
+
 def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = None) -> DialogueMetrics:
     """All metrics of a list of dialogue records (the dialogues-file format)."""
     dims = dimensions_of(schema)
@@ -140,18 +159,11 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
     for r in records:
         end_reasons[r["end_reason"]] += 1
         profile = r["profile"]
-        seen = {name: profile[name] for name, _ in dims}   # what the agent last saw
-        final = dict(seen)
-        for t in r["turns"]:
-            est = t.get("agent_estimate")
-            if est is not None:
-                for name, _ in dims:
-                    abs_err[name].append(abs(float(est[name]) - seen[name]))
-            if t.get("user_state") is not None:
-                seen = {name: t["user_state"][name] for name, _ in dims}
-                final = seen
-            if "agent_parse_ok" in t and not t["agent_parse_ok"]:
-                agent_fail += 1
+        pairs, final = estimate_pairs(r, dims)
+        for est, seen in pairs:
+            for name, _ in dims:
+                abs_err[name].append(abs(float(est[name]) - seen[name]))
+        agent_fail += sum("agent_parse_ok" in t and not t["agent_parse_ok"] for t in r["turns"])
         for name, _ in dims:
             deltas[name].append(final[name] - profile[name])
         user_fail += int(r.get("user_parse_failures", 0) or 0)
@@ -164,8 +176,7 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
     upa = None
     if n_est:
         upa = 1.0 - sum(_mean(abs_err[name]) / hi for name, hi in dims) / len(dims)
-    att = _mean(success_turns)
-    att_std = None if att is None else math.sqrt(sum((x - att) ** 2 for x in success_turns) / len(success_turns))
+    att, att_std = mean_std(success_turns)
     by_name = {name: _mean(deltas[name]) for name, _ in dims}
     return DialogueMetrics(
         n=n, cr=(len(success_turns) / n) if n else None, att=att, att_std=att_std, upa=upa,
