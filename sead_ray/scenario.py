@@ -202,13 +202,20 @@ def _load_ranges(tree: Any, schema: StateSchema, key: str, where: str) -> dict[s
         if dim not in schema.names:
             raise ConfigError(f"{where}: field '{key}' names unknown dimension '{dim}' "
                               f"(schema has {list(schema.names)})")
-        if isinstance(rng, int) and not isinstance(rng, bool):
-            rng = [rng, rng]
-        if (not isinstance(rng, list) or len(rng) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in rng) or rng[0] > rng[1]):
+        ranges[dim] = _int_range(rng)
+        if ranges[dim] is None:
             raise ConfigError(f"{where}: field '{key}.{dim}' must be a level or [low, high], got {rng!r}")
-        ranges[dim] = (rng[0], rng[1])
     return ranges
+
+
+def _int_range(value: Any) -> Optional[tuple[int, int]]:
+    """An integer `n` as (n, n), a list [low, high] with low <= high as (low, high); None otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value, value]
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value) or value[0] > value[1]):
+        return None
+    return value[0], value[1]
 
 
 def _load_user_sets(tree: Any, schema: StateSchema, where: str) -> dict[str, UserSet]:
@@ -221,14 +228,11 @@ def _load_user_sets(tree: Any, schema: StateSchema, where: str) -> dict[str, Use
         key = f"user_sets.{name}"
         if not isinstance(spec, dict) or set(spec) - {"description", "states", "behaviors"}:
             raise ConfigError(f"{where}: field '{key}' may have description, states and behaviors only")
-        counts = spec.get("behaviors", [1, 3])
-        if isinstance(counts, int) and not isinstance(counts, bool):
-            counts = [counts, counts]
-        if (not isinstance(counts, list) or len(counts) != 2 or not all(isinstance(v, int) for v in counts)
-                or not 0 <= counts[0] <= counts[1]):
+        counts = _int_range(spec.get("behaviors", [1, 3]))
+        if counts is None or counts[0] < 0:
             raise ConfigError(f"{where}: field '{key}.behaviors' must be a count or [min, max] of behaviors")
         sets[str(name)] = UserSet(str(name), str(spec.get("description", "")),
-                                  _load_ranges(spec.get("states"), schema, f"{key}.states", where), tuple(counts))
+                                  _load_ranges(spec.get("states"), schema, f"{key}.states", where), counts)
     return sets
 
 
