@@ -15,8 +15,8 @@ from typing import Optional, Protocol
 from .profiles import Profile
 from .prompts.agent import agent_messages, parse_agent_output, user_message_for_agent
 from .scenario import Scenario
-from .sim_rules import enforce_simulator_rules
-from .state import State
+from .sim_rules import RuledTurn, enforce_simulator_rules
+from .state import State, StateSchema
 
 END_REASONS = ("accept", "refuse", "hangup", "timeout", "error")
 
@@ -152,6 +152,15 @@ class Trajectory:
         }
 
 
+def apply_simulator_rules(schema: StateSchema, status_guards: Optional[dict], profile: Profile, turn_index: int,
+                          state: State, reply: UserTurnOutput, max_step: int) -> RuledTurn:
+    """The simulator's proposed state and status under its rules (sim_rules.py). On the first turn of a
+    free-form profile (w/o profile sampling) no state was given, so there is no step to limit."""
+    chose_own_start = profile.free_form and turn_index == 0
+    return enforce_simulator_rules(schema, status_guards or {}, None if chose_own_start else state, reply.state,
+                                   reply.status, max_step)
+
+
 async def run_dialogue(
     dialogue_id: str,
     profile: Profile,
@@ -227,9 +236,7 @@ async def run_dialogue(
             turn.user_parse_ok = False
             return finish("error", f"simulator output did not parse after {user_retries + 1} tries: "
                                    f"{reply.error if reply else 'no reply'}")
-        chose_own_start = profile.free_form and turn_index == 0   # w/o profile sampling: no state was given
-        ruled = enforce_simulator_rules(schema, status_guards or {}, None if chose_own_start else state, reply.state,
-                                        reply.status, max_step)
+        ruled = apply_simulator_rules(schema, status_guards, profile, turn_index, state, reply, max_step)
         traj.user_step_clamps += ruled.clamped_dimensions
         traj.user_status_overrides += ruled.status_override is not None
         state = ruled.state

@@ -113,7 +113,7 @@ def learning_summary(rows: list[dict], window: int = 2) -> dict:
     return out
 
 
-def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str],
+def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str], learning: dict,
                      held_out: Sequence[dict] = ()) -> str:
     lines = [f"# sead-ray run `{run_dir}`", "",
              "| iter | CR | reward | loss | KL | logprob mismatch | dialogues/s | agent tok/s | engines | s |",
@@ -124,7 +124,6 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str],
             _fmt(r.get("train_loss"), ".4f"), _fmt(r.get("train_kl"), ".2e"),
             _fmt(r.get("train_logprob_mismatch_mean"), ".2e"), _fmt(r.get("dialogues_per_s"), ".3f"),
             _fmt(r.get("agent_tokens_per_s"), ".1f"), _fmt(r.get("user_engines"), "d"), _fmt(r.get("iteration_s"), ".0f")))
-    learning = learning_summary(rows)
     lines += ["", "## Success rate per iteration (95 % Wilson interval)", ""]
     lines += [f"- iteration {p['iteration']}: {p['text']}" for p in learning["per_iteration"]]
     if learning["verdict"] is not None:
@@ -138,7 +137,7 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str],
     return "\n".join(lines)
 
 
-def _plot_progress(rows: list[dict], path: Path, held_out: Sequence[dict] = ()) -> None:
+def _plot_progress(rows: list[dict], path: Path, learning: dict, held_out: Sequence[dict] = ()) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
     its = [r["iteration"] for r in rows]
@@ -148,7 +147,7 @@ def _plot_progress(rows: list[dict], path: Path, held_out: Sequence[dict] = ()) 
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     ax = axes[0][0]
-    per_iteration = learning_summary(rows)["per_iteration"]
+    per_iteration = learning["per_iteration"]
     rates = [p["k"] / p["n"] if p["n"] else float("nan") for p in per_iteration]
     ax.errorbar(its, rates, yerr=[[max(0.0, r - p["low"]) for r, p in zip(rates, per_iteration)],
                                   [max(0.0, p["high"] - r) for r, p in zip(rates, per_iteration)]],
@@ -224,8 +223,9 @@ def write_report(run_dir: Path, schema: StateSchema, checkpoint: Optional[str] =
     out.mkdir(exist_ok=True)
     written = [out / "summary.md", out / "progress.png"]
     held_out = read_metrics_rows(metrics, phase="eval")
-    written[0].write_text(summary_markdown(run_dir, rows, checkpoint, held_out))
-    _plot_progress(rows, written[1], held_out)
+    learning = learning_summary(rows)   # the table and the plot show the same intervals (one bootstrap)
+    written[0].write_text(summary_markdown(run_dir, rows, checkpoint, learning, held_out))
+    _plot_progress(rows, written[1], learning, held_out)
     if curriculum is not None and len(schema.dimensions) >= 2:
         written.append(out / "cr_by_state.png")
         _plot_cr_by_state(curriculum, schema, written[-1])

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .dialogue import UserRequest, UserTurnOutput, turn_seed
+from .dialogue import UserRequest, UserTurnOutput, apply_simulator_rules, turn_seed
 from .profiles import Profile
 from .rule_user import words_of
 from .scenario import Scenario
 from .significance import wilson_interval
-from .sim_rules import StatusGuard, enforce_simulator_rules
+from .sim_rules import StatusGuard
 from .state import State, StateSchema
 
 GRADES = ("fact", "small_talk", "off_topic", "early_close", "red_flag")
@@ -88,9 +88,8 @@ async def _turn(respond: Respond, scenario: Scenario, rules: Rules, profile: Pro
         out = await respond(UserRequest(did, turn, profile, previous, list(agent), list(user),
                                         turn_seed(seed, turn, attempt)))
         if out.ok and out.state is not None:
-            free = profile.free_form and turn == 0   # as run_dialogue: no state was given to step from
-            ruled = enforce_simulator_rules(scenario.schema, dict(rules.status_guards or {}),
-                                            None if free else previous, out.state, out.status, rules.max_step)
+            ruled = apply_simulator_rules(scenario.schema, dict(rules.status_guards or {}), profile, turn, previous,
+                                          out, rules.max_step)
             return out.reply, ruled.state, ruled.status
     return None
 
