@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.sead-ray-installed
 MODELS := $(VENV)/.sead-ray-models
 DSOPS  := $(VENV)/.sead-ray-ds-ops
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean prometheus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,14 @@ demo: setup
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: setup lint
+# Prometheus from the distribution's packages, for the monitoring test (tests/test_monitoring.py), where
+# this machine allows it (root with apt-get: CI); elsewhere that test reports itself skipped, with the reason.
+prometheus:
+	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		prometheus >/dev/null) || echo "prometheus not installed: the monitoring test will be skipped"; }
+
+test: setup lint prometheus
 	$(VENV)/bin/python -m pytest -q --durations=10
 
 clean:

@@ -35,6 +35,7 @@ class AgentPolicyActor:
 
     async def start(self) -> dict:
         seconds = await self.engine.start()
+        self.set_version(self.version)
         return {"startup_s": seconds, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
     async def generate(self, prompt_ids: list[int], temperature: float, top_p: float, max_tokens: int,
@@ -55,7 +56,7 @@ class AgentPolicyActor:
         """Reload every weight from a safetensors file and serve `version`."""
         t0 = time.perf_counter()
         n = await self.engine.reload_weights_from_file(path)
-        self.version = version
+        self.set_version(version)
         self._event(f"weights v{version}")
         return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
 
@@ -85,7 +86,7 @@ class AgentPolicyActor:
 
     async def finish_weight_update(self, version: int) -> dict:
         await self.engine.finish_weight_update()
-        self.version = version
+        self.set_version(version)
         self._event(f"weights v{version}")
         return {"version": version, "apply_s": time.perf_counter() - self._update_t0}
 
@@ -109,8 +110,10 @@ class AgentPolicyActor:
         self.events = (self.events + [what])[-100:]
 
     def set_version(self, version: int) -> None:
-        """The version of the weights the engine started with (a resumed run's checkpoint)."""
+        """The version of the weights the engine serves (also set directly for a resumed run's checkpoint)."""
         self.version = version
+        if self.engine.gauges is not None:
+            self.engine.gauges.set("engine_policy_version", version, self.spec.metrics_tags)
 
     def get_version(self) -> int:
         return self.version

@@ -2,18 +2,20 @@
 
 It receives each iteration's dialogue records (and the curriculum snapshot of the controller),
 computes the paper's metrics, and writes them three ways: one JSON line per iteration, TensorBoard
-scalars plus a few sample dialogues as text, and Ray custom metrics (Gauges) that the Ray dashboard's
-metrics view and Prometheus pick up.
+scalars plus a few sample dialogues as text, and Ray custom metrics (Gauges, actors/gauges.py) that
+Prometheus scrapes for the Ray dashboard's metrics view and the sead-ray Grafana dashboard.
 """
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Optional
 
 import ray
 
+from actors.gauges import RayGauges
 from sead_ray.jsonl import append_jsonl
 from sead_ray.metrics import compute_metrics
 from sead_ray.state import StateSchema
@@ -43,13 +45,7 @@ class StatsActor:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
-        self.gauges: dict = {}
-
-    def _gauge(self, name: str, value: float, tags: dict) -> None:
-        from ray.util.metrics import Gauge
-        if name not in self.gauges:
-            self.gauges[name] = Gauge(f"sead_{name}", description=f"sead-ray {name}", tag_keys=("run", "phase"))
-        self.gauges[name].set(float(value), tags=tags)
+        self.gauges = RayGauges()
 
     def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: Optional[dict] = None,
                          curriculum: Optional[dict] = None) -> dict:
@@ -62,10 +58,12 @@ class StatsActor:
             row["sampling_entropy"] = curriculum.get("sampling_entropy")
         append_jsonl(self.run_dir / "metrics.jsonl", row)
         scalars = {k: v for k, v in row.items() if (k in _SCALARS or k.startswith("train_"))
-                   and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        for band, share in (row.get("band_fractions") or {}).items():
-            scalars[f"band_{band}"] = share
+                   and (v is None or isinstance(v, (int, float)) and not isinstance(v, bool))}
         self.log_scalars(iteration, scalars, prefix=phase)
+        for band, share in (row.get("band_fractions") or {}).items():   # one gauge, a series per band
+            if self.writer is not None:
+                self.writer.add_scalar(f"{phase}/band_{band}", share, iteration)
+            self.gauges.set("curriculum_band_fraction", share, {"run": self.run_dir.name, "phase": phase, "band": band})
         if self.writer is not None:
             for i, record in enumerate(records[: self.samples]):
                 self.writer.add_text(f"{phase}/dialogue_{i}", _render_dialogue(record), iteration)
@@ -75,13 +73,19 @@ class StatsActor:
     def log_scalars(self, step: int, scalars: dict, prefix: str = "train") -> None:
         tags = {"run": self.run_dir.name, "phase": prefix}
         for key, value in scalars.items():
-            if value is None:
-                continue
-            if self.writer is not None:
+            if value is not None and self.writer is not None:
                 self.writer.add_scalar(f"{prefix}/{key}", value, step)
-            self._gauge(key, value, tags)
+            # no value this time (ATT without a success): NaN, not the gauge's stale last value
+            self.gauges.set(key, math.nan if value is None else value, tags)
         if self.writer is not None:
             self.writer.flush()
+
+    def record_roles(self, health: dict[str, dict]) -> None:
+        """Per role (agent, user_sim, ...): engines alive and dead, and restarts so far."""
+        for role, counts in health.items():
+            tags = {"run": self.run_dir.name, "role": role}
+            for key in ("alive", "dead", "restarts"):
+                self.gauges.set("actor_restarts" if key == "restarts" else f"engines_{key}", counts.get(key, 0), tags)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -94,6 +94,18 @@ class RolloutRoles:
     plan: dict[str, RolePlacement] = field(default_factory=dict)
     startup: dict = field(default_factory=dict)
     user_path: str = ""            # the user model's folder ("" for the rule back-end)
+    run: str = ""                  # the run's name, a tag of every engine gauge
+    restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user_sim": 0})
+
+    def engine_spec(self, role: str, model_path: str, seed: int, bind: str, name: str):
+        spec = engine_spec_from_config(self.cfg, role, model_path, seed, bind)
+        spec.metrics_tags = {"run": self.run, "role": "agent" if role == "agent_policy" else role, "engine": name}
+        return spec
+
+    def health(self) -> dict[str, dict]:
+        """Per role: engines alive, dead, and replaced so far (the gauges of StatsActor.record_roles)."""
+        return {role: {"alive": len(pool.alive), "dead": len(pool.dead), "restarts": self.restarts[role]}
+                for role, pool in (("agent", self.agents), ("user_sim", self.users))}
 
     @property
     def agent(self) -> Any:
@@ -127,10 +139,11 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     plan = create_placement_groups(cfg, counts)
     log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
 
+    roles = RolloutRoles(cfg, scenario, AgentPool({}), UserSimPool({}), plan=plan, user_path=user_path,
+                         run=Path(run_dir).name if run_dir else "")
     agents = [AgentPolicyActor.options(**actor_options(plan, "agent_policy", i)).remote(
-        engine_spec_from_config(cfg, "agent_policy", agent_path, cfg.seed + 1000 * i, _engine_bind(cfg, i)))
+        roles.engine_spec("agent_policy", agent_path, cfg.seed + 1000 * i, _engine_bind(cfg, i), f"agent-{i}"))
         for i in range(n_agent)]
-    roles = RolloutRoles(cfg, scenario, AgentPool({}), UserSimPool({}), plan=plan, user_path=user_path)
     users = [launch_user_sim(roles, i) for i in range(n_user)]
     t0 = time.perf_counter()
     log.info("starting %d engine(s): agent %s x %d; user simulator %s x %d", n_agent + (n_user if user_path else 0),
@@ -154,8 +167,8 @@ def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
     """Create (not yet start) the user simulator actor in bundle `index` of the user_sim role."""
     cfg = roles.cfg
     name = f"user-sim-{index}"
-    spec = (engine_spec_from_config(cfg, "user_sim", roles.user_path, cfg.seed + 1 + index,
-                                    _engine_bind(cfg, cfg.agent.engines + index))
+    spec = (roles.engine_spec("user_sim", roles.user_path, cfg.seed + 1 + index,
+                              _engine_bind(cfg, cfg.agent.engines + index), name)
             if roles.user_path else None)
     actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user_sim", index)).remote(
         name, roles.scenario, cfg.user_sim.backend, cfg.dialogue.user.as_params(), spec=spec,
@@ -184,6 +197,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
 
     alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
     removed = [name for name in list(pool.actors) if name in pool.dead or pool.info[name].get("node") not in alive_nodes]
+    lost = len(removed)
     for name in removed:
         await retire(name, graceful=False)
     target = user_engine_count(cfg, ray.cluster_resources())
@@ -209,6 +223,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
             break
         pool.add(name, actor, {**info, "placement_index": index})
         added.append(name)
+    roles.restarts["user_sim"] += min(lost, len(added))   # an engine lost and one started in its place
     if not removed and not added:
         return None
     change = {"before": before, "after": len(pool.actors), "removed": removed, "added": added}
@@ -301,7 +316,9 @@ class TrainingSystem:
 
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict:
-        return await self.roles.stats.record_iteration.remote(iteration, phase, records, extra, curriculum)
+        row = await self.roles.stats.record_iteration.remote(iteration, phase, records, extra, curriculum)
+        await self.roles.stats.record_roles.remote(self.roles.health())
+        return row
 
     async def stop(self) -> None:
         t_stop = time.perf_counter()

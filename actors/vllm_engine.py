@@ -33,6 +33,8 @@ class EngineSpec:
     chunked_prefill: bool = False
     weight_transfer_backend: str = ""   # gloo / nccl / ipc: vLLM's weight-transfer API is set up at start
     sleep_mode: bool = False            # CUDA: the engine can release its memory while the trainer steps
+    # {"run", "role", "engine"}: export the engine's load (its scheduler's own stats) as Ray gauges
+    metrics_tags: Optional[dict] = None
 
 
 @dataclass
@@ -74,6 +76,34 @@ def refresh_tied_lm_head(model: Any) -> None:
         method.process_weights_after_loading(lm_head)
 
 
+def engine_load_logger(tags: dict, gauges: Any) -> type:
+    """A vLLM stat logger class that sets the engine's load gauges from its scheduler's stats each step:
+    requests running and waiting, KV cache usage (0-1) and the prefix cache's hit rate so far."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class EngineLoadLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0):
+            self.prefix_queries = self.prefix_hits = 0
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
+                   engine_idx: int = 0) -> None:
+            if scheduler_stats is None:
+                return
+            gauges.set("engine_requests_running", scheduler_stats.num_running_reqs, tags)
+            gauges.set("engine_requests_waiting", scheduler_stats.num_waiting_reqs, tags)
+            gauges.set("engine_kv_cache_usage", scheduler_stats.kv_cache_usage, tags)
+            prefix = scheduler_stats.prefix_cache_stats
+            if prefix is not None and prefix.queries:
+                self.prefix_queries += prefix.queries
+                self.prefix_hits += prefix.hits
+                gauges.set("engine_prefix_cache_hit_rate", self.prefix_hits / self.prefix_queries, tags)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return EngineLoadLogger
+
+
 class VLLMEngine:
     """An AsyncLLM engine driven from asyncio: one per actor."""
 
@@ -82,6 +112,11 @@ class VLLMEngine:
         self.engine = None
         self.started_s = 0.0
         self._requests = 0
+        self.in_flight = 0
+        self.gauges = None
+        if spec.metrics_tags is not None:
+            from actors.gauges import RayGauges
+            self.gauges = RayGauges()
 
     async def start(self) -> float:
         """Start the engine; returns the start-up time in seconds."""
@@ -96,7 +131,7 @@ class VLLMEngine:
             model=self.spec.model_path, dtype=self.spec.dtype, seed=self.spec.seed,
             max_model_len=self.spec.max_model_len, max_num_seqs=self.spec.max_num_seqs,
             kv_cache_memory_bytes=self.spec.kv_cache_mb << 20, enforce_eager=self.spec.enforce_eager,
-            worker_extension_cls=WORKER_EXTENSION, disable_log_stats=True,
+            worker_extension_cls=WORKER_EXTENSION, disable_log_stats=self.gauges is None,
             tensor_parallel_size=self.spec.tensor_parallel_size, enable_sleep_mode=self.spec.sleep_mode,
             weight_transfer_config=({"backend": self.spec.weight_transfer_backend}
                                     if self.spec.weight_transfer_backend else None),
@@ -109,7 +144,9 @@ class VLLMEngine:
             # it a small model pads structured output with newlines until max_tokens runs out.
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
         )
-        self.engine = AsyncLLM.from_engine_args(args)
+        loggers = None if self.gauges is None else [engine_load_logger(self.spec.metrics_tags, self.gauges)]
+        self.engine = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
+        self._set_load(0)
         self.started_s = time.perf_counter() - t0
         return self.started_s
 
@@ -125,8 +162,12 @@ class VLLMEngine:
         self._requests += 1
         rid = request_id or f"req-{self._requests}"
         final = None
-        async for out in self.engine.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id=rid):
-            final = out
+        self._set_load(+1)
+        try:
+            async for out in self.engine.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id=rid):
+                final = out
+        finally:
+            self._set_load(-1)
         completion = final.outputs[0]
         ids = list(completion.token_ids)
         logprobs = []
@@ -135,6 +176,18 @@ class VLLMEngine:
         if len(logprobs) != len(ids):
             logprobs = [0.0] * len(ids)
         return Generation(completion.text, ids, logprobs, str(completion.finish_reason), len(prompt_ids))
+
+    def _set_load(self, change: int) -> None:
+        """Requests in flight here; when none are, the engine is idle: vLLM reports no more steps, so its
+        last step's figures (a request still running) would stay on the gauges."""
+        self.in_flight += change
+        if self.gauges is None:
+            return
+        tags = self.spec.metrics_tags
+        self.gauges.set("engine_requests_in_flight", self.in_flight, tags)
+        if self.in_flight == 0:
+            for name in ("engine_requests_running", "engine_requests_waiting", "engine_kv_cache_usage"):
+                self.gauges.set(name, 0, tags)
 
     async def reload_weights_from_file(self, path: str) -> int:
         results = await self.engine.collective_rpc("sead_reload_from_file", args=(path,))

@@ -14,6 +14,7 @@ from typing import Optional
 
 from .cli_args import build_parser
 from .config import ConfigError
+from .monitor import cmd_monitor
 
 log = logging.getLogger("sead_ray")
 
@@ -253,7 +254,8 @@ def cmd_train(args) -> int:
         raise UsageError(str(exc)) from None
     report = _write_report_quietly(Path(summary["run_dir"]), scenario.schema, summary.get("checkpoint"))
     state = "stopped early" if summary.get("interrupted") else "finished"
-    _print_learning(Path(summary["run_dir"]))
+    from .report import print_learning
+    print_learning(Path(summary["run_dir"]))
     print(f"\ntraining {state} after iteration {summary['iterations']} of {cfg.train.iterations}")
     print(f"  run directory : {summary['run_dir']}")
     print(f"  metrics       : {summary['metrics']}")
@@ -274,21 +276,6 @@ def _check_resumable(cfg, run_dir: Path) -> None:
     if changed:
         raise UsageError(f"{run_dir}: cannot resume with {', '.join(changed)}: the run's checkpoints were made with "
                          f"the first (start a new run with --out to change it)")
-
-
-def _print_learning(run_dir: Path) -> None:
-    """Success rate per iteration with intervals, and the before/after test when there are enough iterations."""
-    from .report import learning_summary, read_metrics_rows
-    metrics = run_dir / "metrics.jsonl"
-    rows = read_metrics_rows(metrics) if metrics.exists() else []
-    if not rows:
-        return
-    learning = learning_summary(rows)
-    print("\nsuccess rate per iteration (training calls, 95 % Wilson interval):")
-    for p in learning["per_iteration"]:
-        print(f"  iteration {p['iteration']:>3}: {p['text']}")
-    if learning["verdict"] is not None:
-        print(learning["verdict_text"])
 
 
 def _write_report_quietly(run_dir: Path, schema, checkpoint: Optional[str]) -> Optional[Path]:
@@ -376,6 +363,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "train": cmd_train,
         "report": cmd_report,
         "plan": cmd_plan,
+        "monitor": cmd_monitor,
     }
     try:
         return handlers[args.command](args)

@@ -202,4 +202,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sample N profiles from each of these user sets of the scenario and report each "
                          "(default: the config's curriculum.user_set)")
     sc.add_argument("--out", required=True, metavar="DIR", help="output folder (simcheck.json, simcheck.md)")
+
+    # monitor
+    mo = sub.add_parser(
+        "monitor", help="Prometheus (+ Grafana where installed) for the Ray clusters of runs on this machine",
+        description="Start Prometheus on localhost with Ray's scrape configuration: it scrapes every node of the "
+                    "newest Ray session on this machine (the service-discovery file Ray's dashboard writes), so "
+                    "the sead_* figures of each run (as ray_sead_*), Ray's own metrics and the engines' load become "
+                    "time series. Grafana, when installed, gets the sead-ray dashboard and Ray's dashboards. Start "
+                    "it before or during `sead-ray train` (runs need ray.dashboard: true, the default); it follows "
+                    "one run after another until Ctrl-C. On a cluster, cluster.yaml runs it on the head node.",
+        epilog="examples:\n  sead-ray monitor            # then, in another shell: sead-ray train --config ...\n"
+               "  sead-ray monitor --scrape-interval 2s --dir runs/monitor --grafana ~/grafana/bin/grafana",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    mo.add_argument("--dir", default="runs/monitor", help="Prometheus's data, logs and generated configs")
+    mo.add_argument("--ray-temp-dir", default="/tmp/ray", help="Ray's temp folder (ray start --temp-dir)")
+    mo.add_argument("--port", type=int, default=9090, help="Prometheus port on 127.0.0.1 (Ray's dashboard looks at 9090)")
+    mo.add_argument("--grafana-port", type=int, default=3000, help="Grafana port on 127.0.0.1")
+    mo.add_argument("--scrape-interval", default="10s", help="how often Prometheus scrapes (Ray's default: 10s)")
+    mo.add_argument("--prometheus", default="prometheus", metavar="BIN", help="the Prometheus binary")
+    mo.add_argument("--grafana", default=None, metavar="BIN",
+                    help="the Grafana binary (default: `grafana` or `grafana-server` on PATH, if any)")
+    mo.add_argument("--grafana-home", default=None, metavar="DIR", help="Grafana's home (holds conf/defaults.ini)")
+    mo.add_argument("--no-grafana", action="store_true", help="start Prometheus only")
     return parser

@@ -113,6 +113,20 @@ def learning_summary(rows: list[dict], window: int = 2) -> dict:
     return out
 
 
+def print_learning(run_dir: Path) -> None:
+    """Success rate per iteration with intervals, and the before/after test when there are enough iterations."""
+    metrics = run_dir / "metrics.jsonl"
+    rows = read_metrics_rows(metrics) if metrics.exists() else []
+    if not rows:
+        return
+    learning = learning_summary(rows)
+    print("\nsuccess rate per iteration (training calls, 95 % Wilson interval):")
+    for p in learning["per_iteration"]:
+        print(f"  iteration {p['iteration']:>3}: {p['text']}")
+    if learning["verdict"] is not None:
+        print(learning["verdict_text"])
+
+
 def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str], learning: dict,
                      held_out: Sequence[dict] = ()) -> str:
     lines = [f"# sead-ray run `{run_dir}`", "",

@@ -1,0 +1,146 @@
+"""Monitoring: the Grafana dashboard, `sead-ray monitor`'s Prometheus and Grafana files, and a real
+Prometheus scraping a real tiny training run (its Ray cluster found through Ray's service discovery)."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from sead_ray.config import ConfigError
+from sead_ray.dashboard import FILTER, JSON_PATH, dashboard, dashboard_text, expression_metrics, metric_names
+from sead_ray.monitor import (
+    SERVICE_DISCOVERY_FILE,
+    _grafana_command,
+    grafana_files,
+    prometheus_config,
+    query,
+)
+from tests.conftest import EMBEDDED_CONFIG, TEST_SETTING
+
+
+def _expressions(board: dict) -> list[str]:
+    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+
+
+def test_the_dashboard_in_the_repository_is_the_generated_one():
+    assert JSON_PATH.read_text() == dashboard_text(), "run: python -m sead_ray.dashboard --write"
+    board = json.loads(JSON_PATH.read_text())
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    assert {v["name"] for v in board["templating"]["list"]} == {"datasource", "SessionName", "run"}
+    expressions = _expressions(board)
+    assert len(expressions) >= 30
+    for expr in expressions:   # every query filters on the session and run, and reads a listed metric
+        assert FILTER in expr and expression_metrics(expr) and expression_metrics(expr) <= metric_names()
+    cells = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]]
+    assert len(cells) == len(set(cells)), "panels overlap"
+
+
+def test_prometheus_config_is_rays_scrape_config_with_our_interval(tmp_path):
+    from ray.dashboard.consts import PROMETHEUS_CONFIG_INPUT_PATH
+    rays = yaml.safe_load(open(PROMETHEUS_CONFIG_INPUT_PATH))
+    ours = prometheus_config(tmp_path, "2s")
+    assert [j["job_name"] for j in ours["scrape_configs"]] == [j["job_name"] for j in rays["scrape_configs"]]
+    assert ours["scrape_configs"][0]["file_sd_configs"][0]["files"] == [str(tmp_path / SERVICE_DISCOVERY_FILE)]
+    assert rays["scrape_configs"][0]["file_sd_configs"][0]["files"][0].endswith(SERVICE_DISCOVERY_FILE)
+    assert ours["global"]["scrape_interval"] == "2s"
+    for bad in ("2", "0s", "fast", "1h; rm"):
+        with pytest.raises(ConfigError, match="scrape-interval"):
+            prometheus_config(tmp_path, bad)
+
+
+def test_grafana_gets_a_datasource_the_dashboard_and_rays_dashboards(tmp_path):
+    ray_dashboards = tmp_path / "ray_dashboards"
+    ray_dashboards.mkdir()
+    ini = grafana_files(tmp_path / "out", "http://127.0.0.1:9999", 3123, ray_dashboards)
+    text = ini.read_text()
+    assert "http_addr = 127.0.0.1" in text and "http_port = 3123" in text and "allow_embedding = true" in text
+    prov = tmp_path / "out" / "grafana" / "provisioning"
+    source = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())["datasources"][0]
+    assert source["url"] == "http://127.0.0.1:9999" and source["type"] == "prometheus"
+    providers = yaml.safe_load((prov / "dashboards" / "dashboards.yml").read_text())["providers"]
+    paths = {p["name"]: p["options"]["path"] for p in providers}
+    assert paths["Ray"] == str(ray_dashboards)
+    board = json.loads((tmp_path / "out" / "grafana" / "dashboards" / "sead-ray" / "sead_ray_grafana_dashboard.json")
+                       .read_text())
+    assert board == dashboard()
+    with pytest.raises(ConfigError, match="no Grafana home"):
+        _grafana_command(str(tmp_path / "bin" / "grafana"), str(tmp_path / "nowhere"), ini)
+    (tmp_path / "home" / "conf").mkdir(parents=True)
+    (tmp_path / "home" / "conf" / "defaults.ini").write_text("")
+    assert _grafana_command("/x/bin/grafana", str(tmp_path / "home"), ini)[1:3] == ["server", "--homepath"]
+
+
+def test_monitor_without_prometheus_says_how_to_get_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "monitor", "--dir", str(tmp_path),
+                           "--prometheus", str(tmp_path / "no-such-prometheus")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "apt-get install prometheus" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=3", "train.batch_size=4",
+            "train.micro_batch_size=2", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
+            "engine.kv_cache_mb=64", "engine.max_model_len=2048", "ray.dashboard=true", "seed=3", *TEST_SETTING]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_real_prometheus_scrapes_a_training_run(tmp_path):
+    if shutil.which("prometheus") is None:
+        pytest.skip("no Prometheus binary on this machine (make test installs Debian's `prometheus` when it runs "
+                    "as root with apt-get)")
+    port = _free_port()
+    monitor = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "monitor", "--dir", str(tmp_path / "monitor"),
+                                "--port", str(port), "--scrape-interval", "1s", "--no-grafana"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert "Prometheus: " + url in monitor.stdout.readline()
+        cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", str(EMBEDDED_CONFIG), "--out", "run"]
+        for s in SETTINGS:
+            cmd += ["--set", s]
+        # Ray's workers report their metrics every second (default 10 s), so that a short run is scraped.
+        env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        time.sleep(3)
+
+        def samples(promql: str) -> list[dict]:
+            return query(url, promql)
+
+        # the run's own figures, its weight syncs, the version its engine served, the engine's load
+        cr = samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])')
+        assert cr and 0.0 <= float(cr[0]["value"][1]) <= 1.0, "no CR sample of the run in Prometheus"
+        assert samples('count_over_time(ray_sead_sync_s{run="run"}[30m])'), "no weight-sync time"
+        version = samples('max_over_time(ray_sead_engine_policy_version{run="run",role="agent"}[30m])')
+        assert version and float(version[0]["value"][1]) == 3.0, f"policy version served: {version}"
+        for load in ("requests_in_flight", "requests_running", "kv_cache_usage"):
+            assert samples(f'count_over_time(ray_sead_engine_{load}{{run="run"}}[30m])'), f"no engine {load}"
+        assert {s["metric"].get("SessionName") for s in cr} != {None}, "the dashboard filters on SessionName"
+
+        # every metric the dashboard reads is one Prometheus has, except a figure the run never defined: a
+        # gauge without a value is not exported (ATT needs a success, UPA a parsed estimate; the tiny random
+        # agent has neither), which the run's own metrics.jsonl must confirm
+        with urllib.request.urlopen(f"{url}/api/v1/label/__name__/values", timeout=10) as resp:
+            names = set(json.loads(resp.read())["data"])
+        rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+        undefined = {f"ray_sead_{k}" for k in rows[0] if all(r.get(k, 0) is None for r in rows)}
+        assert metric_names() - names == undefined & metric_names() <= {"ray_sead_att", "ray_sead_upa"}, \
+            "dashboard metrics Prometheus never saw"
+        assert all(expression_metrics(e) <= names | undefined for e in _expressions(dashboard()))
+    finally:
+        monitor.terminate()
+        out, _ = monitor.communicate(timeout=60)
+    assert monitor.returncode in (0, -15, 130), out
