@@ -44,10 +44,10 @@ def prometheus_config(ray_temp_dir: Path, scrape_interval: str) -> dict:
                 {"files": [str(ray_temp_dir / SERVICE_DISCOVERY_FILE)], "refresh_interval": "5s"}]}]}
 
 
-def ray_session_dashboards(ray_temp_dir: Path) -> Optional[Path]:
-    """The folder of the Grafana dashboards Ray generated for its newest session (None without one)."""
-    folder = ray_temp_dir / "session_latest" / "metrics" / "grafana" / "dashboards"
-    return folder.resolve() if folder.is_dir() else None
+def ray_session_dashboards(ray_temp_dir: Path) -> Path:
+    """The folder of the Grafana dashboards Ray generates for its newest session (through the
+    `session_latest` link, so that a Grafana provisioned from it follows new sessions)."""
+    return ray_temp_dir / "session_latest" / "metrics" / "grafana" / "dashboards"
 
 
 def install_dashboard(folder: Path) -> Path:
@@ -57,7 +57,7 @@ def install_dashboard(folder: Path) -> Path:
     return path
 
 
-def grafana_files(out: Path, prometheus_url: str, port: int, ray_dashboards: Optional[Path]) -> Path:
+def grafana_files(out: Path, prometheus_url: str, port: int, ray_dashboards: Path) -> Path:
     """grafana.ini and its provisioning (data source, the sead-ray dashboard, Ray's dashboards); like
     Ray's generated grafana.ini: anonymous viewers, embedding allowed (the Ray dashboard embeds panels)."""
     grafana = out / "grafana"
@@ -67,9 +67,8 @@ def grafana_files(out: Path, prometheus_url: str, port: int, ray_dashboards: Opt
     (grafana / "provisioning/datasources/prometheus.yml").write_text(yaml.safe_dump({"apiVersion": 1, "datasources": [
         {"name": "Prometheus", "type": "prometheus", "url": prometheus_url, "access": "proxy", "isDefault": True}]}))
     providers = [{"name": "sead-ray", "folder": "sead-ray", "type": "file",
-                  "options": {"path": str(grafana / "dashboards" / "sead-ray")}}]
-    if ray_dashboards is not None:
-        providers.append({"name": "Ray", "folder": "Ray", "type": "file", "options": {"path": str(ray_dashboards)}})
+                  "options": {"path": str(grafana / "dashboards" / "sead-ray")}},
+                 {"name": "Ray", "folder": "Ray", "type": "file", "options": {"path": str(ray_dashboards)}}]
     (grafana / "provisioning/dashboards/dashboards.yml").write_text(
         yaml.safe_dump({"apiVersion": 1, "providers": providers}))
     ini = grafana / "grafana.ini"
@@ -184,12 +183,14 @@ def cmd_monitor(args) -> int:
     print(f"Grafana:    {monitor.grafana_url}/d/seadRayLoop" if monitor.grafana_url else
           "Grafana:    not installed (pass --grafana PATH); import deploy/grafana/sead_ray_dashboard.json into yours")
     print(f"Try:        curl -s '{monitor.prometheus_url}/api/v1/query?query=ray_sead_cr'   (Ctrl-C stops)", flush=True)
-    installed: set[Path] = set()
+    installed: set[Path] = set()   # sessions whose Ray dashboards folder has the sead-ray dashboard
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # stop the servers on `kill` too, not only Ctrl-C
     try:
-        while True:   # follow new Ray sessions: put the sead-ray dashboard beside the ones Ray generates
-            folder = ray_session_dashboards(ray_temp_dir)
-            if folder is not None and folder not in installed and (folder / "default_grafana_dashboard.json").exists():
+        while True:
+            # Without a Grafana of ours, follow new Ray sessions: put the sead-ray dashboard beside the ones
+            # Ray generates, for a Grafana provisioned from Ray's files (ours provisions it itself).
+            folder = ray_session_dashboards(ray_temp_dir).resolve()
+            if not monitor.grafana_url and folder not in installed and (folder / "default_grafana_dashboard.json").exists():
                 log.info("sead-ray dashboard added to %s", install_dashboard(folder))
                 installed.add(folder)
             problem = monitor.failed()

@@ -46,3 +46,19 @@ def test_setup_boots_with_the_pinned_stack_a_shared_run_dir_and_a_private_dashbo
     assert raw["docker"]["image"].startswith(f"rayproject/ray:{pinned_ray}-")
     head = " ".join(raw["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head and "0.0.0.0" not in head and "RAY_AUTH_MODE=token" in head
+
+
+def test_the_head_runs_prometheus_and_grafana_on_localhost_for_the_ray_dashboard():
+    raw = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    setup = " ".join(raw["head_setup_commands"])
+    assert "apt-get install" in setup and "prometheus" in setup and "grafana" in setup
+    head = " ".join(raw["head_start_ray_commands"])
+    monitor = next(c for c in raw["head_start_ray_commands"] if "sead-ray monitor" in c)
+    assert raw["head_start_ray_commands"].index(monitor) > next(i for i, c in enumerate(raw["head_start_ray_commands"])
+                                                                if "ray start --head" in c)
+    assert "--grafana ~/grafana/bin/grafana" in monitor and "--port" not in monitor   # the Ray dashboard's defaults
+    for env in ("RAY_GRAFANA_HOST=http://127.0.0.1:3000", "RAY_PROMETHEUS_HOST=http://127.0.0.1:9090"):
+        assert env in head
+    from sead_ray.cli_args import build_parser
+    args = build_parser().parse_args(monitor.split("nohup sead-ray ", 1)[1].split(">")[0].split())
+    assert (args.port, args.grafana_port) == (9090, 3000)
