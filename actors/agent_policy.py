@@ -130,8 +130,9 @@ class AgentPool(StickyRouter):
     policy version. A failed turn is not retried elsewhere: the call ends in `error`."""
     role = "agent"
 
-    async def generate(self, dialogue_id: str, prompt_ids: list[int], **kwargs) -> AgentTurnOutput:
-        name = self.pick(dialogue_id)
+    async def generate(self, dialogue_id: str, prompt_ids: list[int], *, messages: Optional[list] = None,
+                       **kwargs) -> AgentTurnOutput:
+        name = self.pick(dialogue_id)   # (the engine takes the token ids; `messages` are for endpoints)
         self.in_flight[name] += 1
         try:
             return await self.actors[name].generate.remote(prompt_ids, **kwargs)

@@ -76,6 +76,15 @@ def refresh_tied_lm_head(model: Any) -> None:
         method.process_weights_after_loading(lm_head)
 
 
+def engine_kwargs(spec: EngineSpec) -> dict:
+    """The engine arguments an EngineSpec fixes (also what ray.serve.llm's LLMConfig takes as engine_kwargs)."""
+    return {"dtype": spec.dtype, "seed": spec.seed, "max_model_len": spec.max_model_len,
+            "max_num_seqs": spec.max_num_seqs, "kv_cache_memory_bytes": spec.kv_cache_mb << 20,
+            "enforce_eager": spec.enforce_eager, "tensor_parallel_size": spec.tensor_parallel_size,
+            "enable_chunked_prefill": spec.chunked_prefill,
+            "max_num_batched_tokens": None if spec.chunked_prefill else spec.max_model_len}
+
+
 def engine_load_logger(tags: dict, gauges: Any) -> type:
     """A vLLM stat logger class that sets the engine's load gauges from its scheduler's stats each step:
     requests running and waiting, KV cache usage (0-1) and the prefix cache's hit rate so far."""
@@ -128,18 +137,14 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(
-            model=self.spec.model_path, dtype=self.spec.dtype, seed=self.spec.seed,
-            max_model_len=self.spec.max_model_len, max_num_seqs=self.spec.max_num_seqs,
-            kv_cache_memory_bytes=self.spec.kv_cache_mb << 20, enforce_eager=self.spec.enforce_eager,
+            model=self.spec.model_path, **engine_kwargs(self.spec),
             worker_extension_cls=WORKER_EXTENSION, disable_log_stats=self.gauges is None,
-            tensor_parallel_size=self.spec.tensor_parallel_size, enable_sleep_mode=self.spec.sleep_mode,
+            enable_sleep_mode=self.spec.sleep_mode,
             weight_transfer_config=({"backend": self.spec.weight_transfer_backend}
                                     if self.spec.weight_transfer_backend else None),
-            enable_chunked_prefill=self.spec.chunked_prefill,
             # The sampled tokens' logprobs under the distribution they were drawn from (after the
             # temperature), which is what the trainer recomputes (grpo.forward_logprobs divides by it).
             logprobs_mode="processed_logprobs",
-            max_num_batched_tokens=None if self.spec.chunked_prefill else self.spec.max_model_len,
             # Compact JSON (an engine-level switch in 0.32; the per-request flag is ignored): without
             # it a small model pads structured output with newlines until max_tokens runs out.
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
@@ -247,3 +252,12 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
                       weight_transfer_backend=transport if role == "agent_policy" and transport in VLLM_TRANSFER_BACKENDS
                       else "")
+
+
+def chat_completion_request(model: str, messages: list[dict], *, max_tokens: int, temperature: float, top_p: float,
+                            seed: Optional[int]) -> Any:
+    """vLLM's OpenAI chat request (what ray.serve.llm's LLMServer.chat takes), continuing the last,
+    prefilled assistant message instead of opening a new one."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    return ChatCompletionRequest(model=model, messages=messages, max_tokens=max_tokens, temperature=temperature,
+                                 top_p=top_p, seed=seed, continue_final_message=True, add_generation_prompt=False)

@@ -6,53 +6,26 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
 from .cli_args import build_parser
+from .cli_inputs import (
+    UsageError,
+    check_out,
+    evaluation_profiles,
+    load,
+    make_out_dir,
+    profiles_by_user_set,
+    sample_profiles,
+    write_profiles,
+)
 from .config import ConfigError
 from .monitor import cmd_monitor
 
 log = logging.getLogger("sead_ray")
-
-class UsageError(ValueError):
-    """Bad input from the user (exit code 2)."""
-
-
-def _load(config_path: Optional[str], overrides: Sequence[str]):
-    from .config import load_config
-    from .scenario import load_scenario
-    cfg = load_config(config_path, list(overrides))
-    scenario = load_scenario(cfg.resolve_path(cfg.scenario))
-    return cfg, scenario
-
-
-def _check_out(path: Path, kind: str, label: str = "--out") -> Path:
-    """Refuse, before any work, an output that cannot be written: a FILE that is a folder, a DIR that is
-    a file, or a place below a file or in a folder we may not write to."""
-    if kind == "dir" and path.exists() and not path.is_dir():
-        raise UsageError(f"{label} {path}: is an existing file, not a folder")
-    if kind == "file" and path.is_dir():
-        raise UsageError(f"{label} {path}: is a folder, not a file")
-    existing = path if kind == "dir" else path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"{label} {path}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{label} {path}: cannot write into {existing} (permission denied)")
-    return path
-
-
-def _make_out_dir(path: Path, label: str = "--out") -> Path:
-    try:
-        _check_out(path, "dir", label).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{label} {path}: cannot create the folder ({exc.strerror})") from None
-    return path
 
 
 def cmd_models(args) -> int:
@@ -71,66 +44,18 @@ def cmd_models(args) -> int:
     return 0
 
 
-def _sample_profiles(cfg, scenario, n: int, seed: int) -> list:
-    """N profiles as iteration 1 of a run with this config would draw them (the curriculum's mode,
-    N_max, behaviors per profile and profile sampling all apply)."""
-    from .controller import ProfileController
-    from .profiles import ProfileSamplingError
-    try:
-        return ProfileController(scenario, cfg.curriculum, seed).sample(n)
-    except ProfileSamplingError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _profiles_by_user_set(cfg, scenario, user_sets: Optional[str], n: int, seed: int) -> dict[str, list]:
-    """N profiles from each named user set ("soft,hard"), or N from the config's draw when none is named."""
-    from dataclasses import replace
-    names = [s.strip() for s in (user_sets or "").split(",") if s.strip()]
-    if not names:
-        return {cfg.curriculum.user_set: _sample_profiles(cfg, scenario, n, seed)}
-    return {name: _sample_profiles(replace(cfg, curriculum=replace(cfg.curriculum, user_set=name)), scenario, n, seed)
-            for name in names}
-
-
-def _write_profiles(path: Path, profiles: list, scenario) -> None:
-    from .jsonl import write_jsonl
-    write_jsonl(path, (p.to_json(scenario.schema) for p in profiles))
-
-
 def cmd_profiles_sample(args) -> int:
-    cfg, scenario = _load(args.config, args.overrides)
+    cfg, scenario = load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
-    out = _check_out(Path(args.out), "file")
-    profiles = _sample_profiles(cfg, scenario, args.n, seed)
+    out = check_out(Path(args.out), "file")
+    profiles = sample_profiles(cfg, scenario, args.n, seed)
     try:
-        _write_profiles(out, profiles, scenario)
+        write_profiles(out, profiles, scenario)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot write ({exc.strerror})") from None
     log.info("wrote %d profiles (seed %d, %d distinct initial states) to %s",
              len(profiles), seed, len({p.state for p in profiles}), args.out)
     return 0
-
-
-def read_profiles(path: str, scenario) -> list:
-    from .profiles import ProfileFileError
-    from .profiles import read_profiles as read
-    try:
-        return read(path, scenario)
-    except ProfileFileError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _evaluation_profiles(args, cfg, scenario) -> tuple[list, str]:
-    """The fixed profile set of eval/compare (a file, or N per user set sampled with --seed, which also
-    seeds every call: dialogue_seed(cfg.seed, 0, profile index) is the same for every agent)."""
-    if args.seed is not None:
-        cfg.seed = args.seed
-    if args.profiles:
-        return read_profiles(args.profiles, scenario), f"file {args.profiles}"
-    n = cfg.train.batch_size if args.n is None else args.n
-    profiles = [p for group in _profiles_by_user_set(cfg, scenario, args.user_sets, n, cfg.seed).values()
-                for p in group]
-    return profiles, f"{len(profiles)} profiles sampled with seed {cfg.seed}"
 
 
 def cmd_eval(args) -> int:
@@ -141,11 +66,11 @@ def cmd_eval(args) -> int:
 
     from .launch import connect, evaluate
 
-    cfg, scenario = _load(args.config, args.overrides)
-    profiles, source = _evaluation_profiles(args, cfg, scenario)
+    cfg, scenario = load(args.config, args.overrides)
+    profiles, source = evaluation_profiles(args, cfg, scenario)
     out = Path(args.out or Path(cfg.output_dir) / time.strftime("eval-%Y%m%d-%H%M%S"))
-    _make_out_dir(out, "--out" if args.out else "output folder")
-    _write_profiles(out / "profiles.jsonl", profiles, scenario)
+    make_out_dir(out, "--out" if args.out else "output folder")
+    write_profiles(out / "profiles.jsonl", profiles, scenario)
     connect(cfg)
     try:
         asyncio.run(evaluate(cfg, scenario, args.agent, profiles, out, source))
@@ -164,13 +89,13 @@ def cmd_compare(args) -> int:
     from .metrics import read_dialogues
     from .models import resolve_model
 
-    cfg, scenario = _load(args.config, args.overrides)
-    profiles, source = _evaluation_profiles(args, cfg, scenario)
-    _check_out(Path(args.out), "dir")
+    cfg, scenario = load(args.config, args.overrides)
+    profiles, source = evaluation_profiles(args, cfg, scenario)
+    check_out(Path(args.out), "dir")
     for ref in args.agents:   # a typo fails now, not after the first agents' hours of calls
         resolve_model(ref)
-    out = _make_out_dir(Path(args.out))
-    _write_profiles(out / "profiles.jsonl", profiles, scenario)
+    out = make_out_dir(Path(args.out))
+    write_profiles(out / "profiles.jsonl", profiles, scenario)
     runs = [(label, ref, out / "agents" / agent_dir_name(i, label))
             for i, (label, ref) in enumerate(zip(agent_labels(args.agents), args.agents))]
 
@@ -190,15 +115,32 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .endpoint import api_key_from_env
+    from .launch import serve_agent
+    from .serving import ServeLimits
+
+    cfg, scenario = load(args.config, [*args.overrides, f"scenario={Path(args.scenario).resolve()}"])
+    if args.min_replicas > args.max_replicas:
+        raise UsageError(f"--min-replicas {args.min_replicas} > --max-replicas {args.max_replicas}")
+    settings = {"model_id": args.model_id, "min_replicas": args.min_replicas, "max_replicas": args.max_replicas,
+                "max_ongoing_requests": args.max_concurrent, "max_queued_requests": args.max_queued,
+                "limits": ServeLimits(max_request_bytes=args.max_request_kb * 1024,
+                                      max_messages=2 * cfg.dialogue.max_turns)}
+    serve_agent(cfg, scenario, args.model, host=args.host, port=args.port, api_key=api_key_from_env("SEAD_RAY_API_KEY"),
+                settings=settings)
+    return 0
+
+
 def cmd_simcheck(args) -> int:
     import asyncio
 
     from .simcheck import config_rules, rule_respond, run_simcheck, write_outputs
 
-    cfg, scenario = _load(args.config, args.overrides)
+    cfg, scenario = load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
-    _check_out(Path(args.out), "dir")
-    profiles = _profiles_by_user_set(cfg, scenario, args.user_sets, args.n, seed)
+    check_out(Path(args.out), "dir")
+    profiles = profiles_by_user_set(cfg, scenario, args.user_sets, args.n, seed)
     sets = [s for s in profiles if s]
     if cfg.user_sim.backend == "rule":   # no Ray: the rule simulator is called in this process
         result = asyncio.run(run_simcheck(scenario, profiles, rule_respond(cfg, scenario), rules=config_rules(cfg, scenario),
@@ -234,11 +176,11 @@ def cmd_train(args) -> int:
         config_path = args.config
     else:
         raise UsageError("train needs --config FILE (or --resume RUN_DIR)")
-    cfg, scenario = _load(str(config_path), args.overrides)
+    cfg, scenario = load(str(config_path), args.overrides)
     if args.resume:
         _check_resumable(cfg, run_dir)
     else:
-        run_dir = _check_out(Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S")), "dir",
+        run_dir = check_out(Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S")), "dir",
                              "--out" if args.out else "run directory")
         if latest_checkpoint(run_dir) is not None:
             raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
@@ -296,7 +238,7 @@ def cmd_report(args) -> int:
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").exists():
         raise UsageError(f"{run_dir}: not a sead-ray run directory (no config.yaml)")
-    _, scenario = _load(str(run_dir / "config.yaml"), [])
+    _, scenario = load(str(run_dir / "config.yaml"), [])
     checkpoint = latest_checkpoint(run_dir)
     try:
         files = write_report(run_dir, scenario.schema, str(checkpoint) if checkpoint else None)
@@ -310,7 +252,7 @@ def cmd_report(args) -> int:
 def cmd_plan(args) -> int:
     from .memory_plan import format_plan, model_shape
     from .models import ModelError, resolve_model
-    cfg, _ = _load(args.config, args.overrides)
+    cfg, _ = load(args.config, args.overrides)
 
     def shape(reference: str):
         try:
@@ -329,7 +271,7 @@ def cmd_plan(args) -> int:
 def cmd_metrics(args) -> int:
     from .metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
 
-    schema = _load(args.config, args.overrides)[1].schema if args.config else None
+    schema = load(args.config, args.overrides)[1].schema if args.config else None
     try:
         records = read_dialogues(args.file, schema)
     except DialogueFileError as exc:
@@ -364,6 +306,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "report": cmd_report,
         "plan": cmd_plan,
         "monitor": cmd_monitor,
+        "serve": cmd_serve,
     }
     try:
         return handlers[args.command](args)

@@ -203,6 +203,35 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: the config's curriculum.user_set)")
     sc.add_argument("--out", required=True, metavar="DIR", help="output folder (simcheck.json, simcheck.md)")
 
+    # serve
+    sv = sub.add_parser(
+        "serve", help="serve an agent (a trained run) over an OpenAI-compatible API with Ray Serve",
+        description="Deploy the agent with Ray Serve (ray.serve.llm: a vLLM engine per replica, autoscaled between "
+                    "--min-replicas and --max-replicas) behind an ingress that applies the scenario server-side: "
+                    "clients POST /v1/chat/completions with only the call so far (messages alternating assistant = the "
+                    "agent's replies, user = the callee, starting with the agent; [] when the call connects) and get "
+                    "the spoken reply as message.content, the agent's estimate of the callee's state in "
+                    "`sead_estimate`. Every request needs `Authorization: Bearer $SEAD_RAY_API_KEY` (the key is read "
+                    "from that environment variable); oversized requests get 413, malformed ones 400, requests "
+                    "beyond the concurrency bounds 429. Decoding defaults to the config's dialogue.agent_eval.",
+        epilog="examples:\n  export SEAD_RAY_API_KEY=$(openssl rand -hex 16)\n"
+               "  sead-ray serve runs/demo --scenario configs/scenarios/restaurant_promotion.yaml --port 8000\n"
+               "  curl -s http://127.0.0.1:8000/v1/chat/completions -H \"Authorization: Bearer $SEAD_RAY_API_KEY\" "
+               "-d '{\"messages\": []}'\n"
+               "  sead-ray eval --config configs/embedded.yaml --agent openai:agent@http://127.0.0.1:8000/v1 --n 16",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sv.add_argument("model", metavar="MODEL_OR_RUN", help="a model reference (a run directory serves its latest checkpoint)")
+    sv.add_argument("--scenario", required=True, help="the scenario file whose prompt and format the agent uses")
+    _add_config_args(sv, required=False)
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    sv.add_argument("--port", type=int, default=8000, help="HTTP port")
+    sv.add_argument("--model-id", default="agent", help="the model name clients send and /v1/models lists")
+    sv.add_argument("--min-replicas", type=count, default=1, help="autoscaling lower bound")
+    sv.add_argument("--max-replicas", type=count, default=1, help="autoscaling upper bound")
+    sv.add_argument("--max-concurrent", type=count, default=8, help="requests in flight per replica")
+    sv.add_argument("--max-queued", type=count, default=32, help="requests waiting beyond those; more get 429")
+    sv.add_argument("--max-request-kb", type=count, default=64, help="larger request bodies get 413")
+
     # monitor
     mo = sub.add_parser(
         "monitor", help="Prometheus (+ Grafana where installed) for the Ray clusters of runs on this machine",

@@ -29,6 +29,8 @@ class AgentTurnOutput:
     logprobs: list[float] = field(default_factory=list)
     policy_version: int = 0
     finish_reason: str = "stop"
+    prompt_tokens: int = 0          # endpoint agents: the usage the endpoint reported (no token ids)
+    completion_tokens: int = 0
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Turn:
     user_state: Optional[dict] = None
     user_status: str = "continue"
     user_parse_ok: bool = True
+    agent_prompt_tokens: int = 0   # endpoint agents: prompt tokens billed for the turn
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -215,7 +218,8 @@ async def run_dialogue(
         parsed = parse_agent_output(raw, schema)
         agent_raw.append(raw)
         agent_spoken.append(parsed.reply or "...")
-        turn = Turn(parsed.reply, parsed.estimate, raw, parsed.ok, out.policy_version, len(out.token_ids))
+        turn = Turn(parsed.reply, parsed.estimate, raw, parsed.ok, out.policy_version,
+                    len(out.token_ids) or out.completion_tokens, agent_prompt_tokens=out.prompt_tokens)
         turns.append(turn)
 
         reply = None

@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 
 
 class AgentEndpoint(Protocol):
-    async def generate(self, dialogue_id: str, prompt_ids: list[int], *, seed: int | None, request_id: str,
-                       temperature: float, top_p: float, max_tokens: int) -> AgentTurnOutput: ...
+    """Engines take the token ids of the agent's context; endpoints (sead_ray.endpoint) its chat messages."""
+    async def generate(self, dialogue_id: str, prompt_ids: Optional[list[int]], *, messages: list[dict],
+                       seed: int | None, request_id: str, temperature: float, top_p: float,
+                       max_tokens: int) -> AgentTurnOutput: ...
     def release(self, dialogue_id: str) -> None: ...
 
 
@@ -42,7 +44,7 @@ class RolloutEndpoints:
     """What phase 2 plays against."""
     agent: AgentEndpoint
     users: UserEndpoint
-    tokenizer: Any                 # the agent's tokenizer: contexts are kept as its token ids
+    tokenizer: Any                 # the agent's tokenizer: contexts are kept as its token ids (None: an endpoint)
     engines: int                   # engines busy while calls run (their wall time is the calls' cost)
 
 
@@ -129,6 +131,8 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
     follow the iteration unless `seed_iteration` pins them (a held-out set replays the same seeds)."""
     params = sampling.as_params()
     prefix = agent_messages(scenario, [], [])
+    # An endpoint agent has no token ids and no prefill: it gets chat messages and answers whole.
+    prefill = cfg.dialogue.agent_prefill if endpoints.tokenizer is not None else ""
     progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
 
     async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
@@ -150,15 +154,16 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
         async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: list) -> AgentTurnOutput:
             progress.turn()
             return await endpoints.agent.generate(
-                dialogue_id, prompt_ids, seed=turn_seed(seed, turn) if sampling.temperature > 0 else None,
+                dialogue_id, prompt_ids, messages=messages,
+                seed=turn_seed(seed, turn) if sampling.temperature > 0 else None,
                 request_id=f"{dialogue_id}-a{turn}", **params)
 
         try:
             traj = await run_dialogue(did, profile, scenario, agent_fn, endpoints.users.respond,
                                       max_turns=cfg.dialogue.max_turns, seed=seed, user_retries=cfg.dialogue.user_retries,
-                                      encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix,
-                                                                     cfg.dialogue.agent_prefill),
-                                      privileged_user_view=privileged_user_view, agent_prefill=cfg.dialogue.agent_prefill,
+                                      encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix, prefill)
+                                      if endpoints.tokenizer is not None else None,
+                                      privileged_user_view=privileged_user_view, agent_prefill=prefill,
                                       max_step=cfg.user_sim.max_step,
                                       status_guards=scenario.status_guards if cfg.user_sim.status_guards else None)
         finally:
