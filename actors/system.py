@@ -32,6 +32,7 @@ from placement import (
     user_engine_count,
 )
 from sead_ray.config import ConfigError, SeadConfig
+from sead_ray.endpoint import EndpointAgent, api_key_from_env, endpoint_ref
 from sead_ray.models import resolve_model
 from sead_ray.profiles import Profile
 from sead_ray.rollout import RolloutEndpoints
@@ -95,6 +96,7 @@ class RolloutRoles:
     startup: dict = field(default_factory=dict)
     user_path: str = ""            # the user model's folder ("" for the rule back-end)
     run: str = ""                  # the run's name, a tag of every engine gauge
+    agent_endpoint: Any = None     # an agent behind an OpenAI-compatible endpoint instead of engines
     restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user_sim": 0})
 
     def engine_spec(self, role: str, model_path: str, seed: int, bind: str, name: str):
@@ -114,7 +116,8 @@ class RolloutRoles:
 
     def endpoints(self) -> RolloutEndpoints:
         user_engines = len(self.users.actors) if self.cfg.user_sim.backend == "vllm" else 0
-        return RolloutEndpoints(self.agents, self.users, self.tokenizer, len(self.agents.actors) + user_engines)
+        return RolloutEndpoints(self.agent_endpoint or self.agents, self.users, self.tokenizer,
+                                len(self.agents.actors) + user_engines)
 
 
 def _engine_bind(cfg: SeadConfig, index: int) -> str:
@@ -131,9 +134,10 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     here, before any engine starts."""
     from transformers import AutoTokenizer
 
-    agent_path = str(resolve_model(agent_model))
+    endpoint = endpoint_ref(agent_model)   # openai:MODEL@URL: no agent engine here
+    agent_path = "" if endpoint else str(resolve_model(agent_model))
     user_path = str(resolve_model(cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
-    n_agent, n_user = cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
+    n_agent, n_user = 0 if endpoint else cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
     counts = {"agent_policy": n_agent, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
               "trainer": trainer_workers}
     plan = create_placement_groups(cfg, counts)
@@ -154,8 +158,16 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.agents.add(f"agent-{index}", actor, info)
     for index, ((name, actor), info) in enumerate(zip(users, started[n_agent:])):
         roles.users.add(name, actor, {**info, "placement_index": index})
-    roles.startup = {"agent": started[0], "agents": started[:n_agent], "user_sims": started[n_agent:]}
-    roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
+    roles.startup = {"agents": started[:n_agent], "user_sims": started[n_agent:]}
+    if endpoint:
+        roles.agent_endpoint = EndpointAgent(endpoint, api_key_from_env(cfg.endpoint.api_key_env), scenario,
+                                             timeout_s=cfg.endpoint.timeout_s, max_concurrency=cfg.endpoint.max_concurrency)
+        roles.startup["agent"] = await roles.agent_endpoint.start()
+        log.info("agent: %s (%s)", endpoint, "a served sead-ray agent: the scenario is applied there"
+                 if roles.agent_endpoint.served else "prompted here, parsed here")
+    else:
+        roles.startup["agent"] = started[0]
+        roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
     if with_stats:
         roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(str(run_dir), scenario.schema)
     if with_controller:
@@ -233,6 +245,8 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
 
 
 async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
+    if roles.agent_endpoint is not None:
+        await roles.agent_endpoint.close()
     await roles.users.shutdown()
     await roles.agents.shutdown()
     if roles.stats is not None:

@@ -85,6 +85,7 @@ def cmd_compare(args) -> int:
     import ray
 
     from .compare import agent_dir_name, agent_labels, compare_rows, format_markdown, write_compare
+    from .endpoint import endpoint_ref
     from .launch import connect, evaluate
     from .metrics import read_dialogues
     from .models import resolve_model
@@ -93,7 +94,7 @@ def cmd_compare(args) -> int:
     profiles, source = evaluation_profiles(args, cfg, scenario)
     check_out(Path(args.out), "dir")
     for ref in args.agents:   # a typo fails now, not after the first agents' hours of calls
-        resolve_model(ref)
+        endpoint_ref(ref) or resolve_model(ref)
     out = make_out_dir(Path(args.out))
     write_profiles(out / "profiles.jsonl", profiles, scenario)
     runs = [(label, ref, out / "agents" / agent_dir_name(i, label))

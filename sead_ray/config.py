@@ -188,6 +188,15 @@ class AgentConfig:
 
 
 @dataclass
+class EndpointConfig:
+    """Agents behind OpenAI-compatible endpoints (`openai:MODEL@URL`, sead_ray/endpoint.py)."""
+    api_key_env: str = _f("OPENAI_API_KEY", doc="environment variable holding the endpoints' API key "
+                          "(SEAD_RAY_API_KEY for a `sead-ray serve`)")
+    timeout_s: float = _f(120.0, 1.0, 3600.0, "per request")
+    max_concurrency: int = _f(16, 1, 4096, "requests in flight to one endpoint")
+
+
+@dataclass
 class SeadConfig:
     seed: int = _f(0, 0, 2**32 - 1)
     scenario: str = _f("scenarios/restaurant_promotion.yaml", doc="path, relative to the config file")
@@ -203,6 +212,7 @@ class SeadConfig:
     trainer: TrainerConfig = _f(TrainerConfig())
     weight_sync: WeightSyncConfig = _f(WeightSyncConfig())
     ray: RayConfig = _f(RayConfig())
+    endpoint: EndpointConfig = _f(EndpointConfig())
     # Where the file came from; relative paths inside it resolve against this folder.
     source: str = field(default="<defaults>", metadata=_range(doc="internal"))
 

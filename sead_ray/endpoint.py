@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .dialogue import AgentTurnOutput
+from .models import ModelError
 from .prompts.agent import parse_agent_output
 from .serving import OWNER, agent_turn_text
 
 PREFIX = "openai:"
 
 
-class EndpointError(RuntimeError):
-    """The endpoint refused or failed a request (the call ends in `error`, it is not a policy outcome)."""
+class EndpointError(ModelError):
+    """The endpoint is unreachable, or refused or failed a request (a call ends in `error`: not a policy outcome)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,6 @@ def endpoint_ref(name: str) -> Optional[EndpointRef]:
         return None
     model, sep, url = name[len(PREFIX):].rpartition("@")
     if not sep or not model or not url.startswith(("http://", "https://")):
-        from .models import ModelError
         raise ModelError(f"model {name!r}: an endpoint is written openai:MODEL@http(s)://HOST[:PORT]/v1")
     return EndpointRef(model, url.rstrip("/"))
 
@@ -69,19 +69,27 @@ class EndpointAgent:
         self.slots = asyncio.Semaphore(max_concurrency)
         self.served: Optional[bool] = None   # a sead-ray server (decided by start())
 
-    async def _post(self, path: str, body: dict) -> dict:
-        async with self.slots:
-            response = await self.client.post(path, json=body)
+    async def _request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
+        import httpx
+        try:
+            async with self.slots:
+                response = await self.client.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise EndpointError(f"{self.ref}: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise EndpointError(f"{self.ref}: HTTP {response.status_code}: {response.text[:300]}")
-        return response.json()
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise EndpointError(f"{self.ref}: {method} {path} did not answer a JSON object: {response.text[:300]}")
+        return answer
 
     async def start(self) -> dict:
         """Ask for the endpoint's models: is MODEL there, and is it a served sead-ray agent?"""
-        response = await self.client.get("/models")
-        if response.status_code != 200:
-            raise EndpointError(f"{self.ref}: GET /models answered HTTP {response.status_code}: {response.text[:300]}")
-        models = {m.get("id"): m for m in response.json().get("data", [])}
+        listed = await self._request("GET", "/models")
+        models = {m.get("id"): m for m in listed.get("data", []) if isinstance(m, dict)}
         if models and self.ref.model not in models:
             raise EndpointError(f"{self.ref}: no model {self.ref.model!r} there (it serves {sorted(models)})")
         self.served = models.get(self.ref.model, {}).get("owned_by") == OWNER
@@ -105,7 +113,7 @@ class EndpointAgent:
                       "messages": self._call_so_far(messages) if self.served else messages}
         if seed is not None:
             body["seed"] = seed
-        answer = await self._post("/chat/completions", body)
+        answer = await self._request("POST", "/chat/completions", body)
         try:
             choice = answer["choices"][0]
             content = choice["message"]["content"] or ""

@@ -164,6 +164,9 @@ def prepare_tiny(hidden: int = 64, layers: int = 2, seed: int = 0, force: bool =
 
 def resolve_model(name: str, prepare: bool = True) -> Path:
     """Turn a model name into a local HF folder, provisioning embedded/tiny models when asked."""
+    if name.startswith("openai:"):
+        raise ModelError(f"model {name!r} is an endpoint, not local weights: it can play the agent of eval and "
+                         "compare, not be trained or served")
     if name == EMBEDDED_NAME:
         if prepare:
             return prepare_embedded()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 PHRASE = "it is free"
 WITH_PHRASE = ["Hello, it is free for you.", "Good day, it is free today."]
@@ -17,7 +18,8 @@ WITHOUT = ["Hello, how is business?", "Good day, may I talk to the owner?", "Hi,
 
 
 def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: int = 150, seed: int = 0,
-                       prefill: str = '{"reply": "') -> Path:
+                       prefill: str = '{"reply": "', estimate: Optional[dict] = None) -> Path:
+    """`estimate`: every reply also carries this state estimate (the agent's full output format)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -38,7 +40,7 @@ def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: i
               [(r, (1 - p_phrase) / len(WITHOUT)) for r in WITHOUT]
     completions = []
     for text, weight in replies:
-        full = json.dumps({"reply": text})
+        full = json.dumps({"reply": text, **({"estimate": estimate} if estimate else {})})
         completion = full[len(prefill):] if full.startswith(prefill) else full
         completions.append((tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], weight))
     # One padded batch of (prompt + reply); the loss covers each reply's tokens, weighted by its share.
