@@ -50,7 +50,8 @@ class AgentPolicyActor:
         gen = await self.engine.generate(prompt_ids, temperature=temperature, top_p=top_p,
                                          max_tokens=min(max_tokens, room), seed=seed, request_id=request_id)
         self.tokens_generated += len(gen.token_ids)
-        return AgentTurnOutput(gen.text, gen.token_ids, gen.logprobs, version, gen.finish_reason)
+        return AgentTurnOutput(gen.text, gen.token_ids, gen.logprobs, version, gen.finish_reason,
+                               prompt_tokens=len(prompt_ids), completion_tokens=len(gen.token_ids))
 
     async def load_weights_from_file(self, path: str, version: int) -> dict:
         """Reload every weight from a safetensors file and serve `version`."""

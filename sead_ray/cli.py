@@ -109,7 +109,9 @@ def cmd_compare(args) -> int:
     finally:
         ray.shutdown()
     records = {label: read_dialogues(d / "dialogues.jsonl", scenario.schema) for label, _, d in runs}
-    rows = compare_rows(records, scenario.schema, by=args.by)
+    prices = {label: cfg.cost.price(ref) or cfg.cost.price(getattr(endpoint_ref(ref), "model", ref))
+              for label, ref, _ in runs}
+    rows = compare_rows(records, scenario.schema, by=args.by, prices=prices)
     title = f"{len(runs)} agents, {source}, agent temperature {cfg.dialogue.agent_eval.temperature:g}"
     write_compare(rows, out, title)
     print(format_markdown(rows, title))

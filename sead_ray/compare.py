@@ -52,7 +52,19 @@ def upa_parts(records: Sequence[Mapping], dims: Sequence[tuple[str, int]]) -> di
             "upa_initial_guess": mean_std(init)[0], "upa_middle_guess": mean_std(mid)[0]}
 
 
-def _row(agent: str, records: Sequence[Mapping], schema: Optional[StateSchema]) -> dict:
+def call_cost(records: Sequence[Mapping], price: Optional[tuple[float, float]]) -> dict:
+    """Agent tokens per call (prompt and completion, as the engine or endpoint counted them) and, with a
+    price (USD per million tokens in, out), the cost of 1,000 such calls: the paper's cost column."""
+    prompt = sum(t.get("agent_prompt_tokens", 0) for r in records for t in r["turns"])
+    completion = sum(t.get("agent_tokens", 0) for r in records for t in r["turns"])
+    n = max(1, len(records))
+    cost = None if price is None else 1000 * (prompt * price[0] + completion * price[1]) / 1e6 / n
+    return {"prompt_tokens_per_call": prompt / n, "completion_tokens_per_call": completion / n,
+            "cost_per_1k_calls": cost}
+
+
+def _row(agent: str, records: Sequence[Mapping], schema: Optional[StateSchema],
+         price: Optional[tuple[float, float]] = None) -> dict:
     dims = dimensions_of(schema)
     played = [r for r in records if r["end_reason"] != "error"]
     m = compute_metrics(played, schema)
@@ -60,7 +72,7 @@ def _row(agent: str, records: Sequence[Mapping], schema: Optional[StateSchema]) 
     low, high = wilson_interval(k, len(played))
     row: dict = {"agent": agent, "n": len(played), "errors": len(records) - len(played), "successes": k,
                  "cr": m.cr, "cr_low": low, "cr_high": high, "att": m.att, "att_std": m.att_std,
-                 **upa_parts(played, dims)}
+                 **upa_parts(played, dims), **call_cost(played, price)}
     finals = [estimate_pairs(r, dims)[1] for r in played]
     names = {name for name, _ in dims}
     for key, name in DELTA_KEYS:
@@ -96,9 +108,10 @@ def paired_test(first: Sequence[Mapping], other: Sequence[Mapping]) -> dict:
 
 
 def compare_rows(records_by_agent: Mapping[str, Sequence[Mapping]], schema: Optional[StateSchema] = None,
-                 by: Optional[str] = None) -> list[dict]:
+                 by: Optional[str] = None, prices: Optional[Mapping[str, tuple[float, float]]] = None) -> list[dict]:
     """One row per agent (in the given order; the first is the reference of the paired tests), or with
-    by="user_set" one row per (agent, user set), each set paired against the first agent's same set."""
+    by="user_set" one row per (agent, user set), each set paired against the first agent's same set.
+    `prices`: per agent, USD per million tokens (in, out) for the cost column."""
     if not records_by_agent:
         raise ValueError("no agents to compare")
     if by not in (None, "user_set"):
@@ -115,7 +128,7 @@ def compare_rows(records_by_agent: Mapping[str, Sequence[Mapping]], schema: Opti
         idx = [i for i, r in enumerate(ref) if by is None or r["profile"].get("user_set") == group]
         for agent in agents:
             recs = [records_by_agent[agent][i] for i in idx]
-            row = _row(agent, recs, schema)
+            row = _row(agent, recs, schema, (prices or {}).get(agent))
             if by is not None:
                 row["user_set"] = group
             row["paired_vs_first"] = (None if agent == agents[0]
@@ -157,7 +170,8 @@ def format_markdown(rows: Sequence[Mapping], title: str) -> str:
     split = any("user_set" in r for r in rows)
     head = (["agent"] + (["user set"] if split else []) +
             ["n", "errors", "CR [95 % CI]", "ATT ± std", "UPA ± std (share)", "UPA guess init / mid",
-             "EI ± std", "TI ± std", "CI ± std", "vs first: better/worse, p better / p worse"])
+             "EI ± std", "TI ± std", "CI ± std", "tokens / call (in, out)", "USD / 1k calls",
+             "vs first: better/worse, p better / p worse"])
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         pv = r.get("paired_vs_first")
@@ -170,12 +184,15 @@ def format_markdown(rows: Sequence[Mapping], title: str) -> str:
                   _pm(r["att"], r["att_std"]), f"{_pm(r['upa'], r['upa_std'], '.3f')} ({share})",
                   f"{_f(r['upa_initial_guess'])} / {_f(r['upa_middle_guess'])}",
                   _pm(r["ei"], r["ei_std"], "+.2f"), _pm(r["ti"], r["ti_std"], "+.2f"),
-                  _pm(r["ci"], r["ci_std"], "+.2f"), paired])
+                  _pm(r["ci"], r["ci_std"], "+.2f"),
+                  f"{r['prompt_tokens_per_call']:.0f}, {r['completion_tokens_per_call']:.0f}",
+                  _f(r["cost_per_1k_calls"], ".2f"), paired])
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     lines += ["", "CR: completion rate over the calls not lost to an infrastructure error (errors), 95 % Wilson "
               "interval. ATT over successful calls. UPA over agent turns that gave an estimate (share of turns in "
               "brackets), beside two guessers on the same turns: always the initial state, always the middle of each "
-              "scale. EI/TI/CI: final - initial simulator state. p: exact one-sided McNemar over the calls both "
+              "scale. EI/TI/CI: final - initial simulator state. Cost: the agent's tokens at the config's `cost` "
+              "prices (- without a price). p: exact one-sided McNemar over the calls both "
               "agents played (same profile, same per-dialogue seed), better = this agent succeeded where the "
               "first failed."]
     return "\n".join(lines) + "\n"

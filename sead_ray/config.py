@@ -12,7 +12,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 import yaml
 
@@ -197,6 +197,18 @@ class EndpointConfig:
 
 
 @dataclass
+class CostConfig:
+    """Prices for the cost column of `compare`, keyed by agent reference or endpoint model name."""
+    usd_per_mtok_in: dict[str, float] = _f({}, doc="USD per million prompt tokens, e.g. {gpt-4o: 2.5}")
+    usd_per_mtok_out: dict[str, float] = _f({}, doc="USD per million completion tokens, e.g. {gpt-4o: 10.0}")
+
+    def price(self, model: str) -> Optional[tuple[float, float]]:
+        if model not in self.usd_per_mtok_in and model not in self.usd_per_mtok_out:
+            return None
+        return self.usd_per_mtok_in.get(model, 0.0), self.usd_per_mtok_out.get(model, 0.0)
+
+
+@dataclass
 class SeadConfig:
     seed: int = _f(0, 0, 2**32 - 1)
     scenario: str = _f("scenarios/restaurant_promotion.yaml", doc="path, relative to the config file")
@@ -213,6 +225,7 @@ class SeadConfig:
     weight_sync: WeightSyncConfig = _f(WeightSyncConfig())
     ray: RayConfig = _f(RayConfig())
     endpoint: EndpointConfig = _f(EndpointConfig())
+    cost: CostConfig = _f(CostConfig())
     # Where the file came from; relative paths inside it resolve against this folder.
     source: str = field(default="<defaults>", metadata=_range(doc="internal"))
 
@@ -241,6 +254,12 @@ def _check_scalar(value: Any, tp: Any, key: str, where: str) -> Any:
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(f"{where}: {key} = {value!r} has the wrong type ({' or '.join(errors)})")
+    if origin is dict:   # string keys; values checked like any scalar (no range: checked by the section)
+        key_type, value_type = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a mapping, got {value!r}")
+        return {_check_scalar(k, key_type, f"{key} (a key)", where): _check_scalar(v, value_type, f"{key}.{k}", where)
+                for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
@@ -337,47 +356,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         raise ConfigError(f"{where}: unknown key 'source' (it is set by the loader)")
     cfg = _build(SeadConfig, tree, "", where + (" (with --set overrides)" if overrides else ""))
     cfg.source = str(Path(path).resolve()) if path is not None else "<defaults>"
-    _cross_checks(cfg, where)
+    from .config_checks import cross_checks  # (imports this module)
+    cross_checks(cfg, where)
     return cfg
-
-
-def _cross_checks(cfg: SeadConfig, where: str) -> None:
-    cur = cfg.curriculum
-    if cur.hard_below > cur.easy_above:
-        raise ConfigError(f"{where}: curriculum.hard_below ({cur.hard_below}) must not exceed "
-                          f"curriculum.easy_above ({cur.easy_above})")
-    if cur.min_behaviors > cur.max_behaviors:
-        raise ConfigError(f"{where}: curriculum.min_behaviors ({cur.min_behaviors}) must not exceed "
-                          f"curriculum.max_behaviors ({cur.max_behaviors})")
-    if isinstance(cfg.user_sim.engines, int) and cfg.user_sim.engines < 1:
-        raise ConfigError(f"{where}: user_sim.engines must be >= 1 or 'auto', got {cfg.user_sim.engines}")
-    _check_engines(cfg, where)
-    _check_transport(cfg, where)
-
-
-def _check_engines(cfg: SeadConfig, where: str) -> None:
-    """An engine with tensor parallelism T needs T GPUs in its bundle (vLLM starts T workers there)."""
-    for role, tp in (("agent_policy", cfg.agent.tensor_parallel_size), ("user_sim", cfg.user_sim.tensor_parallel_size)):
-        gpus = getattr(cfg.placement, role).gpus
-        if (gpus > 0 or tp > 1) and gpus != tp:
-            section = "agent" if role == "agent_policy" else "user_sim"
-            raise ConfigError(f"{where}: {section}.tensor_parallel_size = {tp} needs placement.{role}.gpus = {tp} "
-                              f"(got {gpus:g})")
-
-
-def _check_transport(cfg: SeadConfig, where: str) -> None:
-    """What the config alone says about the weight transport (the cluster is checked at start)."""
-    transport, p = cfg.weight_sync.transport, cfg.placement
-    if transport in ("nccl", "ipc") and not (p.trainer.gpus > 0 and p.agent_policy.gpus > 0):
-        raise ConfigError(f"{where}: weight_sync.transport = {transport} needs CUDA on both ends, but "
-                          f"placement.trainer.gpus = {p.trainer.gpus:g} and placement.agent_policy.gpus = "
-                          f"{p.agent_policy.gpus:g}; use gloo, object_store or shm on CPU")
-    if transport == "ipc" and not p.colocate:
-        raise ConfigError(f"{where}: weight_sync.transport = ipc shares GPU memory between the trainer and the agent "
-                          "engines on the same GPUs: it needs placement.colocate = true (else use nccl)")
-    if p.colocate and transport != "ipc" and p.agent_policy.gpus > 0:
-        raise ConfigError(f"{where}: placement.colocate = true on GPUs moves weights over CUDA IPC: set "
-                          f"weight_sync.transport = ipc (got {transport})")
 
 
 def config_to_dict(cfg: SeadConfig) -> dict:

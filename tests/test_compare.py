@@ -148,3 +148,27 @@ def test_labels_and_folders():
     assert agent_labels(["x", "runs/a", "x"]) == ["x", "runs/a", "x#2"]
     assert agent_dir_name(0, "embedded:smollm2-135m-instruct") == "0-embedded_smollm2-135m-instruct"
     assert agent_dir_name(2, "/abs/runs/long/") == "2-abs_runs_long"
+
+
+def test_cost_per_thousand_calls_from_the_turns_token_counts():
+    from sead_ray.config import load_config
+    records = agents()
+    for r in records["B"]:   # 100 prompt + 20 completion tokens per turn
+        for t in r["turns"]:
+            t["agent_prompt_tokens"], t["agent_tokens"] = 100, 20
+    cfg = load_config(None, ["cost.usd_per_mtok_in={B: 2.5}", "cost.usd_per_mtok_out={B: 10.0}"])
+    assert cfg.cost.price("B") == (2.5, 10.0) and cfg.cost.price("A") is None
+    rows = compare_rows(records, prices={"B": cfg.cost.price("B")})
+    b_turns = sum(len(r["turns"]) for r in records["B"])
+    assert rows[0]["cost_per_1k_calls"] is None
+    assert rows[1]["prompt_tokens_per_call"] == 100 * b_turns / 10
+    # per call: turns x (100 x 2.5 + 20 x 10) / 1e6 USD; x 1000 calls
+    assert rows[1]["cost_per_1k_calls"] == pytest.approx(1000 * b_turns / 10 * (100 * 2.5 + 20 * 10) / 1e6)
+
+
+def test_prices_must_not_be_negative():
+    from sead_ray.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match="cost.usd_per_mtok_out"):
+        load_config(None, ["cost.usd_per_mtok_out={gpt-4o: -1}"])
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(None, ["cost.usd_per_mtok_in=3"])
