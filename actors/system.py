@@ -32,7 +32,7 @@ from placement import (
     user_engine_count,
 )
 from sead_ray.config import ConfigError, SeadConfig
-from sead_ray.endpoint import EndpointAgent, api_key_from_env, endpoint_ref
+from sead_ray.endpoint import EndpointAgent, endpoint_client, endpoint_ref
 from sead_ray.models import resolve_model
 from sead_ray.profiles import Profile
 from sead_ray.rollout import RolloutEndpoints
@@ -160,8 +160,7 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.users.add(name, actor, {**info, "placement_index": index})
     roles.startup = {"agents": started[:n_agent], "user_sims": started[n_agent:]}
     if endpoint:
-        roles.agent_endpoint = EndpointAgent(endpoint, api_key_from_env(cfg.endpoint.api_key_env), scenario,
-                                             timeout_s=cfg.endpoint.timeout_s, max_concurrency=cfg.endpoint.max_concurrency)
+        roles.agent_endpoint = EndpointAgent(endpoint_client(cfg, endpoint), scenario)
         roles.startup["agent"] = await roles.agent_endpoint.start()
         log.info("agent: %s (%s)", endpoint, "a served sead-ray agent: the scenario is applied there"
                  if roles.agent_endpoint.served else "prompted here, parsed here")

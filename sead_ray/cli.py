@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from .ablate import cmd_ablate
 from .cli_args import build_parser
 from .cli_inputs import (
     UsageError,
@@ -80,40 +81,13 @@ def cmd_eval(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    import asyncio
-
-    import ray
-
-    from .compare import agent_dir_name, agent_labels, compare_rows, format_markdown, write_compare
-    from .endpoint import endpoint_ref
-    from .launch import connect, evaluate
-    from .metrics import read_dialogues
-    from .models import resolve_model
+    from .compare import format_markdown
+    from .launch import compare_agents
 
     cfg, scenario = load(args.config, args.overrides)
     profiles, source = evaluation_profiles(args, cfg, scenario)
     check_out(Path(args.out), "dir")
-    for ref in args.agents:   # a typo fails now, not after the first agents' hours of calls
-        endpoint_ref(ref) or resolve_model(ref)
-    out = make_out_dir(Path(args.out))
-    write_profiles(out / "profiles.jsonl", profiles, scenario)
-    runs = [(label, ref, out / "agents" / agent_dir_name(i, label))
-            for i, (label, ref) in enumerate(zip(agent_labels(args.agents), args.agents))]
-
-    async def play_all() -> None:   # one event loop for all agents: the actors' handles live in it
-        for _, ref, d in runs:
-            await evaluate(cfg, scenario, ref, profiles, d, source)
-    connect(cfg)
-    try:
-        asyncio.run(play_all())
-    finally:
-        ray.shutdown()
-    records = {label: read_dialogues(d / "dialogues.jsonl", scenario.schema) for label, _, d in runs}
-    prices = {label: cfg.cost.price(ref) or cfg.cost.price(getattr(endpoint_ref(ref), "model", ref))
-              for label, ref, _ in runs}
-    rows = compare_rows(records, scenario.schema, by=args.by, prices=prices)
-    title = f"{len(runs)} agents, {source}, agent temperature {cfg.dialogue.agent_eval.temperature:g}"
-    write_compare(rows, out, title)
+    rows, title = compare_agents(cfg, scenario, args.agents, profiles, source, Path(args.out), by=args.by)
     print(format_markdown(rows, title))
     return 0
 
@@ -132,6 +106,38 @@ def cmd_serve(args) -> int:
                                       max_messages=2 * cfg.dialogue.max_turns)}
     serve_agent(cfg, scenario, args.model, host=args.host, port=args.port, api_key=api_key_from_env("SEAD_RAY_API_KEY"),
                 settings=settings)
+    return 0
+
+
+def cmd_judge(args) -> int:
+    import asyncio
+
+    import ray
+
+    from .jsonl import write_json, write_jsonl
+    from .judge import format_summary, parse_judgement, summarize
+    from .launch import judge_dialogues
+    from .metrics import DialogueFileError, read_dialogues
+
+    cfg, scenario = load(args.config, args.overrides)
+    try:
+        records = read_dialogues(args.dialogues, scenario.schema)[: args.limit or None]
+    except DialogueFileError as exc:
+        raise UsageError(str(exc)) from None
+    out = make_out_dir(Path(args.out or Path(args.dialogues).parent / "judge"), "--out" if args.out else "output folder")
+    try:
+        raws = asyncio.run(judge_dialogues(cfg, scenario, records, args.judge, args.max_tokens))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    judgements = [parse_judgement(text) for text in raws]
+    write_jsonl(out / "judgements.jsonl", ({"dialogue_id": r.get("dialogue_id"), "scores": j, "raw": text}
+                                            for r, j, text in zip(records, judgements, raws)))
+    summary = summarize(judgements)
+    write_json(out / "judge.json", {**summary, "judge": args.judge, "dialogues": str(args.dialogues)})
+    title = f"judge {args.judge} on {args.dialogues}"
+    (out / "judge.md").write_text(format_summary(summary, title))
+    print(format_summary(summary, title) + f"\nwritten to {out}")
     return 0
 
 
@@ -310,6 +316,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "plan": cmd_plan,
         "monitor": cmd_monitor,
         "serve": cmd_serve,
+        "judge": cmd_judge,
+        "ablate": cmd_ablate,
     }
     try:
         return handlers[args.command](args)

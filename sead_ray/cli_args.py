@@ -232,6 +232,46 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-queued", type=count, default=32, help="requests waiting beyond those; more get 429")
     sv.add_argument("--max-request-kb", type=count, default=64, help="larger request bodies get 413")
 
+    # ablate
+    ab = sub.add_parser(
+        "ablate", help="train the paper's ablation variants and compare them on one profile set",
+        description="Train each variant (full, wo_ma: no Mistake Analysis, uniform initial states; wo_ma_ps: no "
+                    "Mistake Analysis and no Profile Sampling, the simulator picks its own start) for each seed with "
+                    "`sead-ray train` into OUT/runs/<variant>-s<seed>, then compare the trained agents on the same "
+                    "profiles and seeds (OUT/compare/) and write the ablation table OUT/ablation.md. Run it again "
+                    "after an interruption: finished variants are kept, an unfinished one resumes. (train_urm, the "
+                    "paper's trained simulator, is not built yet.)",
+        epilog="examples:\n  sead-ray ablate --config configs/embedded.yaml --variants full,wo_ma,wo_ma_ps --seeds 0 "
+               "--set train.iterations=4 --n 32 --seed 0 --out runs/ablate",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_args(ab)
+    ab.add_argument("--variants", default="full,wo_ma,wo_ma_ps", help="comma-separated variants")
+    ab.add_argument("--seeds", default="0", help="comma-separated training seeds")
+    _add_profile_set_args(ab, required=True)
+    ab.add_argument("--out", required=True, metavar="DIR", help="output folder")
+
+    # judge
+    jd = sub.add_parser(
+        "judge", help="an LLM judge scores dialogues (humanness, realism, violations; 0-5)",
+        description="Score each dialogue of a dialogues file with a judge model: humanness of the simulated callee, "
+                    "realism of its emotion, trust and cooperation, its violations of the situation, and the agent's "
+                    "violations (0-5 each; the paper's simulator-quality table plus the agent), with a fixed rubric "
+                    "and structured output (JSON-schema decoding). The judge reads the spoken words only. Writes "
+                    "judgements.jsonl, judge.json (means with 95 % intervals, judge failures) and judge.md. The judge "
+                    "is any model reference: a local model runs on a vLLM engine on Ray; openai:MODEL@URL uses the "
+                    "endpoint (key from endpoint.api_key_env).",
+        epilog="examples:\n  sead-ray judge runs/demo/dialogues/eval_0008.jsonl --config configs/embedded.yaml "
+               "--judge embedded:smollm2-135m-instruct\n"
+               "  sead-ray judge cmp/agents/0-x/dialogues.jsonl --config configs/embedded.yaml "
+               "--judge openai:gpt-4o@https://api.openai.com/v1 --limit 50",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    jd.add_argument("dialogues", metavar="DIALOGUES", help="a dialogues file (sead-ray metrics format)")
+    jd.add_argument("--judge", required=True, metavar="MODEL", help="the judge: any model reference")
+    _add_config_args(jd)
+    jd.add_argument("--limit", type=count, default=None, help="judge the first N dialogues only")
+    jd.add_argument("--max-tokens", type=count, default=160, help="the judge's output budget")
+    jd.add_argument("--out", default=None, metavar="DIR", help="output folder (default: judge/ beside the file)")
+
     # monitor
     mo = sub.add_parser(
         "monitor", help="Prometheus (+ Grafana where installed) for the Ray clusters of runs on this machine",

@@ -57,23 +57,26 @@ def api_key_from_env(variable: str) -> str:
     return key
 
 
-class EndpointAgent:
-    """The agent role of phase 2 (rollout.AgentEndpoint) played by an OpenAI-compatible endpoint."""
+def endpoint_client(cfg: Any, ref: EndpointRef) -> EndpointClient:
+    """A client with the config's key variable, timeout and concurrency (`endpoint:`)."""
+    return EndpointClient(ref, api_key_from_env(cfg.endpoint.api_key_env), timeout_s=cfg.endpoint.timeout_s,
+                          max_concurrency=cfg.endpoint.max_concurrency)
 
-    def __init__(self, ref: EndpointRef, api_key: str, scenario: Any, *, timeout_s: float = 120.0,
-                 max_concurrency: int = 16):
+
+class EndpointClient:
+    """An OpenAI-compatible API: GET /models, POST /chat/completions, with a bound on requests in flight."""
+
+    def __init__(self, ref: EndpointRef, api_key: str, *, timeout_s: float = 120.0, max_concurrency: int = 16):
         import httpx
-        self.ref, self.scenario = ref, scenario
-        self.client = httpx.AsyncClient(base_url=ref.url, timeout=timeout_s,
-                                        headers={"Authorization": f"Bearer {api_key}"})
+        self.ref = ref
+        self.http = httpx.AsyncClient(base_url=ref.url, timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"})
         self.slots = asyncio.Semaphore(max_concurrency)
-        self.served: Optional[bool] = None   # a sead-ray server (decided by start())
 
-    async def _request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
+    async def request(self, method: str, path: str, body: Optional[dict] = None) -> dict:
         import httpx
         try:
             async with self.slots:
-                response = await self.client.request(method, path, json=body)
+                response = await self.http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise EndpointError(f"{self.ref}: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
@@ -86,12 +89,37 @@ class EndpointAgent:
             raise EndpointError(f"{self.ref}: {method} {path} did not answer a JSON object: {response.text[:300]}")
         return answer
 
-    async def start(self) -> dict:
-        """Ask for the endpoint's models: is MODEL there, and is it a served sead-ray agent?"""
-        listed = await self._request("GET", "/models")
+    async def models(self) -> dict[str, dict]:
+        """The endpoint's models by id; refuses an endpoint that does not list the reference's model."""
+        listed = await self.request("GET", "/models")
         models = {m.get("id"): m for m in listed.get("data", []) if isinstance(m, dict)}
         if models and self.ref.model not in models:
             raise EndpointError(f"{self.ref}: no model {self.ref.model!r} there (it serves {sorted(models)})")
+        return models
+
+    async def chat(self, body: dict) -> tuple[dict, str]:
+        """POST /chat/completions: (the first choice, its text)."""
+        answer = await self.request("POST", "/chat/completions", {"model": self.ref.model, **body})
+        try:
+            choice = answer["choices"][0]
+            return answer, choice["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise EndpointError(f"{self.ref}: not a chat completion: {str(answer)[:300]}") from None
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+
+class EndpointAgent:
+    """The agent role of phase 2 (rollout.AgentEndpoint) played by an OpenAI-compatible endpoint."""
+
+    def __init__(self, client: EndpointClient, scenario: Any):
+        self.client, self.ref, self.scenario = client, client.ref, scenario
+        self.served: Optional[bool] = None   # a sead-ray server (decided by start())
+
+    async def start(self) -> dict:
+        """Ask for the endpoint's models: is MODEL there, and is it a served sead-ray agent?"""
+        models = await self.client.models()
         self.served = models.get(self.ref.model, {}).get("owned_by") == OWNER
         return {"endpoint": str(self.ref), "served_sead_agent": self.served}
 
@@ -109,17 +137,12 @@ class EndpointAgent:
     async def generate(self, dialogue_id: str, prompt_ids: Optional[list[int]] = None, *, messages: list[dict],
                        seed: Optional[int] = None, request_id: str = "", temperature: float = 0.0, top_p: float = 1.0,
                        max_tokens: int = 64) -> AgentTurnOutput:
-        body: dict = {"model": self.ref.model, "temperature": temperature, "top_p": top_p, "max_tokens": max_tokens,
+        body: dict = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens,
                       "messages": self._call_so_far(messages) if self.served else messages}
         if seed is not None:
             body["seed"] = seed
-        answer = await self._request("POST", "/chat/completions", body)
-        try:
-            choice = answer["choices"][0]
-            content = choice["message"]["content"] or ""
-            usage = answer.get("usage") or {}
-        except (KeyError, IndexError, TypeError):
-            raise EndpointError(f"{self.ref}: not a chat completion: {str(answer)[:300]}") from None
+        answer, content = await self.client.chat(body)
+        choice, usage = answer["choices"][0], answer.get("usage") or {}
         text = content
         if self.served and answer.get("sead_format_ok", True):   # else the spoken text alone: a format failure
             text = agent_turn_text(content, answer.get("sead_estimate"))
@@ -131,4 +154,4 @@ class EndpointAgent:
         pass
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await self.client.close()

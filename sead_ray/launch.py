@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 from .checkpoint import TrainState, latest_checkpoint, load_train_state, truncate_metrics
 from .config import SeadConfig, dump_config
@@ -148,6 +149,43 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
     return summary
 
 
+def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], profiles: Sequence[Profile],
+                   source: str, out: Path, labels: Optional[Sequence[str]] = None,
+                   by: Optional[str] = None) -> tuple[list[dict], str]:
+    """`sead-ray compare`: every agent on the same profiles and seeds, one after another on one Ray
+    connection; writes out/compare.{md,json,png} and out/agents/<i>-<label>/; returns the rows and title."""
+    import asyncio
+
+    import ray
+
+    from .compare import agent_dir_name, agent_labels, compare_rows, write_compare
+    from .endpoint import endpoint_ref
+    from .metrics import read_dialogues
+
+    for ref in refs:   # a typo fails now, not after the first agents' hours of calls
+        endpoint_ref(ref) or resolve_model(ref)
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "profiles.jsonl", (p.to_json(scenario.schema) for p in profiles))
+    labels = list(labels or agent_labels(refs))
+    runs = [(label, ref, out / "agents" / agent_dir_name(i, label)) for i, (label, ref) in enumerate(zip(labels, refs))]
+
+    async def play_all() -> None:   # one event loop for all agents: the actors' handles live in it
+        for _, ref, folder in runs:
+            await evaluate(cfg, scenario, ref, profiles, folder, source)
+    connect(cfg)
+    try:
+        asyncio.run(play_all())
+    finally:
+        ray.shutdown()
+    records = {label: read_dialogues(folder / "dialogues.jsonl", scenario.schema) for label, _, folder in runs}
+    prices = {label: cfg.cost.price(ref) or cfg.cost.price(getattr(endpoint_ref(ref), "model", ref))
+              for label, ref, _ in runs}
+    rows = compare_rows(records, scenario.schema, by=by, prices=prices)
+    title = f"{len(runs)} agents, {source}, agent temperature {cfg.dialogue.agent_eval.temperature:g}"
+    write_compare(rows, out, title)
+    return rows, title
+
+
 async def simcheck_on_ray(cfg: SeadConfig, scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], seed: int,
                           by_set: bool) -> dict:
     """The configured simulator pool on Ray (start_rollout_roles needs an agent model: the config's)."""
@@ -198,3 +236,50 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
             time.sleep(3600)
     finally:
         serve.shutdown()
+
+
+async def judge_dialogues(cfg: SeadConfig, scenario: Scenario, records: Sequence[dict], judge_model: str,
+                          max_tokens: int) -> list[str]:
+    """The judge's raw output for each dialogue: an endpoint (JSON-schema response format) or a local model
+    on a vLLM engine actor (JSON-schema decoding)."""
+    import asyncio
+
+    from .endpoint import endpoint_client, endpoint_ref
+    from .judge import judge_messages, judge_request_body, parse_judgement
+    from .rollout import Progress
+
+    progress = Progress(len(records), "judged dialogues", rate_label="scored")
+    endpoint = endpoint_ref(judge_model)
+    if endpoint is not None:
+        client = endpoint_client(cfg, endpoint)
+
+        async def one(record: dict) -> str:
+            _, text = await client.chat(judge_request_body(endpoint.model, judge_messages(scenario, record),
+                                                           max_tokens))
+            progress.update(parse_judgement(text) is not None)
+            return text
+        try:
+            await client.models()
+            return list(await asyncio.gather(*(one(r) for r in records)))
+        finally:
+            progress.close()
+            await client.close()
+
+    import ray
+
+    from actors.judge import JudgeActor
+    from actors.vllm_engine import engine_spec_from_config
+    spec = engine_spec_from_config(cfg, "user_sim", str(resolve_model(judge_model)), cfg.seed)
+    connect(cfg)
+    actor = JudgeActor.options(num_cpus=cfg.placement.user_sim.cpus, num_gpus=cfg.placement.user_sim.gpus).remote(spec)
+    try:
+        await actor.start.remote()
+
+        async def local(record: dict) -> str:
+            text = await actor.judge.remote(judge_messages(scenario, record), max_tokens)
+            progress.update(parse_judgement(text) is not None)
+            return text
+        return list(await asyncio.gather(*(local(r) for r in records)))
+    finally:
+        progress.close()
+        ray.kill(actor, no_restart=True)

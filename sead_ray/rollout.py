@@ -56,8 +56,9 @@ class Progress:
     """A tqdm bar of finished dialogues on a terminal (with turns played and the running CR), plain
     log lines otherwise (every ~10 % of dialogues, and every 30 s while turns are being played)."""
 
-    def __init__(self, total: int, desc: str):
+    def __init__(self, total: int, desc: str, rate_label: str = "CR"):
         self.total, self.desc, self.done, self.turns, self.successes = total, desc, 0, 0, 0
+        self.rate_label = rate_label
         self.bar = None
         self.t0 = self.last_log = time.perf_counter()
         if sys.stderr.isatty():
@@ -67,7 +68,8 @@ class Progress:
             log.info("%s: %d to go", desc, total)
 
     def _postfix(self) -> str:
-        return f"turns {self.turns}, CR {self.successes / max(1, self.done):.2f}"
+        turns = f"turns {self.turns}, " if self.turns else ""
+        return f"{turns}{self.rate_label} {self.successes / max(1, self.done):.2f}"
 
     def _log(self) -> None:
         self.last_log = time.perf_counter()

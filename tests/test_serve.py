@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from sead_ray.config import ConfigError
-from sead_ray.endpoint import EndpointAgent, EndpointRef, api_key_from_env, endpoint_ref
+from sead_ray.endpoint import EndpointAgent, EndpointClient, EndpointRef, api_key_from_env, endpoint_ref
 from sead_ray.models import ModelError, resolve_model
 from sead_ray.prompts.agent import agent_messages
 from sead_ray.serving import RequestError, ServeLimits, model_messages, parse_request, response_body
@@ -76,7 +76,7 @@ def test_the_server_prompts_as_in_training_and_returns_the_estimate_apart(scenar
 
 
 def test_an_endpoint_client_sends_a_served_agent_only_the_call(scenario):
-    agent = EndpointAgent(EndpointRef("agent", "http://127.0.0.1:1/v1"), "k", scenario)
+    agent = EndpointAgent(EndpointClient(EndpointRef("agent", "http://127.0.0.1:1/v1"), "k"), scenario)
     raw = json.dumps({"reply": "Hello, Lin here.", "estimate": ESTIMATE})
     call = agent._call_so_far(agent_messages(scenario, ["Who?"], [raw]))
     assert call == [{"role": "assistant", "content": "Hello, Lin here.", "sead_estimate": ESTIMATE},
