@@ -36,7 +36,8 @@ def _render_dialogue(record: dict) -> str:
 
 @ray.remote(num_cpus=0)
 class StatsActor:
-    def __init__(self, run_dir: str, schema: StateSchema, tensorboard: bool = True, samples_per_iteration: int = 2):
+    def __init__(self, run_dir: str, schema: StateSchema, tensorboard: bool = True, samples_per_iteration: int = 2,
+                 first_iteration: int = 1):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.schema = schema
@@ -44,7 +45,10 @@ class StatsActor:
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
-            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+            # A resumed run redoes the iterations after its checkpoint: TensorBoard drops the points the
+            # interrupted run had logged from that step on (purge_step), so no iteration appears twice.
+            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"),
+                                        purge_step=first_iteration if first_iteration > 1 else None)
         self.gauges = RayGauges()
 
     def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: Optional[dict] = None,

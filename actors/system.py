@@ -128,7 +128,7 @@ def _engine_bind(cfg: SeadConfig, index: int) -> str:
 
 async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Optional[Path] = None,
                               *, with_controller: bool = False, with_stats: bool = True,
-                              trainer_workers: int = 0) -> RolloutRoles:
+                              trainer_workers: int = 0, first_iteration: int = 1) -> RolloutRoles:
     """Placement groups, then the actors: agent engine, user simulator pool, stats, controller. With
     `trainer_workers`, the cluster must also hold the trainer (placed later by Ray Train): checked
     here, before any engine starts."""
@@ -168,7 +168,8 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.startup["agent"] = started[0]
         roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
     if with_stats:
-        roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(str(run_dir), scenario.schema)
+        roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(
+            str(run_dir), scenario.schema, first_iteration=first_iteration)
     if with_controller:
         roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
     return roles
@@ -264,7 +265,8 @@ class TrainingSystem:
         self.roles, self.trainer = roles, trainer
 
     @classmethod
-    async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path) -> TrainingSystem:
+    async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path,
+                    first_iteration: int = 1) -> TrainingSystem:
         from actors.trainer import TrainerGroup
         from actors.weight_sync import transport_placement_problem
         problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")])
@@ -275,7 +277,7 @@ class TrainingSystem:
             raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
                               "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
         roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
-                                          trainer_workers=cfg.trainer.num_workers)
+                                          trainer_workers=cfg.trainer.num_workers, first_iteration=first_iteration)
         system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir,
                                          agents=list(roles.agents.actors.values())))
         try:

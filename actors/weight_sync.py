@@ -13,7 +13,11 @@ parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`
 """
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import re
+import shutil
 import socket
 import tempfile
 import time
@@ -24,6 +28,8 @@ from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from sead_ray.trainer_protocol import SyncResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,12 +57,50 @@ def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
-def write_private_weights(tensors: dict, prefix: str) -> str:
+_WEIGHT_FILE = re.compile(r"^sead-(?:weights|recv)-(\d+)-v\d+-.*\.safetensors$")
+_swept = False
+
+
+def sweep_stale_weight_files(directory: Optional[str] = None) -> list[str]:
+    """Remove this user's weight files whose writing process is gone (a killed run leaves its last
+    version in shared memory, RAM that nothing frees); the writer's pid is in the name."""
+    directory = directory or _shm_dir()
+    removed = []
+    for name in os.listdir(directory):
+        match = _WEIGHT_FILE.match(name)
+        path = os.path.join(directory, name)
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(match.group(1)), 0)   # the writer lives: leave its file
+        except ProcessLookupError:
+            discard(path)
+            removed.append(path)
+        except (PermissionError, FileNotFoundError):
+            continue
+    if removed:
+        log.info("removed %d stale weight file(s) of dead processes from %s", len(removed), directory)
+    return removed
+
+
+def write_private_weights(tensors: dict, kind: str, version: int) -> str:
     """Save tensors to a new file in shared memory that only this user can read (mkstemp: mode 0600 and
     an unguessable name, so no other local user can read or swap the weights an engine loads); the file
-    is removed again if writing fails."""
+    is removed again if writing fails. The free space is checked first, and the first write of a process
+    sweeps stale files of dead writers."""
     from safetensors.torch import save_file
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".safetensors", dir=_shm_dir())
+    global _swept
+    directory = _shm_dir()
+    if not _swept:
+        _swept = True
+        sweep_stale_weight_files(directory)
+    need, free = _nbytes(tensors.values()) + (1 << 20), shutil.disk_usage(directory).free
+    if need > free:
+        raise OSError(errno.ENOSPC, f"weights v{version} need {need / 2**20:.0f} MB in {directory}, "
+                                    f"{free / 2**20:.0f} MB free")
+    fd, path = tempfile.mkstemp(prefix=f"sead-{kind}-{os.getpid()}-v{version}-", suffix=".safetensors", dir=directory)
     os.close(fd)
     try:
         save_file(tensors, path)
@@ -100,7 +144,7 @@ class _FileTransport:
 class ShmTransport(_FileTransport):
     def publish(self, pairs, version):
         tensors = {name: t.contiguous() for name, t in pairs}
-        path = write_private_weights(tensors, f"sead-weights-v{version}-")
+        path = write_private_weights(tensors, "weights", version)
         return WeightHandle(version, "shm", path=path, nbytes=_nbytes(tensors.values()))
 
 
@@ -129,7 +173,7 @@ def materialize(handle: WeightHandle) -> tuple[str, bool]:
     tensors: dict = {}
     for bucket in ray.get(list(handle.buckets)):
         tensors.update(bucket)
-    return write_private_weights(tensors, f"sead-recv-v{handle.version}-"), True
+    return write_private_weights(tensors, "recv", handle.version), True
 
 
 def discard(path: str) -> None:

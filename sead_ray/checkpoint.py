@@ -39,20 +39,28 @@ def checkpoints_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
 def complete_checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoint folders whose state.json was written (the last step of a save), oldest first."""
-    return sorted(p for p in checkpoints_dir(run_dir).glob("iter_*") if (p / "state.json").exists())
+    """Checkpoint folders whose state.json was written (the last step of a save), oldest first. Only
+    folders inside the run directory count: resuming unpickles DeepSpeed state (torch.load with
+    weights_only=False), so a checkpoint is trusted input and a link out of the run is never followed."""
+    folder = checkpoints_dir(run_dir)
+    return sorted(p for p in folder.glob("iter_*") if (p / "state.json").exists() and _inside(p, folder))
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     """What `latest` names; if that is missing or incomplete (a save cut short, a folder deleted by
     hand), the newest complete checkpoint, with a warning."""
     link = checkpoints_dir(run_dir) / "latest"
-    if link.exists() and (link.resolve() / "state.json").exists():
+    if link.exists() and (link.resolve() / "state.json").exists() and _inside(link, checkpoints_dir(run_dir)):
         return link.resolve()
     complete = complete_checkpoints(run_dir)
     if complete and link.is_symlink():
-        log.warning("%s points to %s, which is missing or incomplete: using %s", link, os.readlink(link), complete[-1])
+        log.warning("%s points to %s, which is missing, incomplete or outside the run: using %s", link,
+                    os.readlink(link), complete[-1])
     return complete[-1] if complete else None
 
 

@@ -67,6 +67,10 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def append_jsonl(path: str | Path, record: Any) -> None:
-    """One line at the end (a single write of a whole line)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    """One line at the end, atomically: the file is rewritten beside and renamed over (a kill mid-write, or
+    a network filesystem that splits appends, never leaves a torn line). For small files (metrics rows)."""
+    path = Path(path)
+    before = path.read_text() if path.exists() else ""
+    if before and not before.endswith("\n"):
+        before += "\n"   # a torn line from an older writer stays its own line (resume drops it)
+    _write_atomic(path, before + json.dumps(record) + "\n")

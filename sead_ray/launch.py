@@ -81,7 +81,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
         return {**summary, "iterations": cfg.train.iterations, "checkpoint": str(checkpoint)}
 
     held_out = held_out_profiles(cfg, scenario, run_dir) if cfg.train.eval_every else []
-    system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir)
+    system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir, first_iteration=start.iteration + 1)
     loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None, held_out=held_out)
     previous_handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 

