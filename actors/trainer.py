@@ -68,9 +68,15 @@ class TrainerMailbox:
             self.cond.notify_all()
 
     async def take_results(self, seq: int, world_size: int) -> list:
+        """Every rank's result, or as soon as one rank failed: the results so far (None where missing), so
+        that a failure reaches the driver while the other ranks may still wait in a collective."""
+        def ready() -> bool:
+            got = [self.results.get((seq, r)) for r in range(world_size)]
+            return all((seq, r) in self.results for r in range(world_size)) or any(
+                isinstance(x, WorkerFailure) for x in got)
         async with self.cond:
-            await self.cond.wait_for(lambda: all((seq, r) in self.results for r in range(world_size)))
-            return [self.results.pop((seq, r)) for r in range(world_size)]
+            await self.cond.wait_for(ready)
+            return [self.results.pop((seq, r), None) for r in range(world_size)]
 
 
 # --------------------------------------------------------------------------- worker side
@@ -346,10 +352,11 @@ class TrainerGroup:
             raise TrainerError(f"training rank {failures[0].rank} failed:\n{failures[0].traceback}")
         return results
 
-    def _request(self, request: Any, shards: Optional[list] = None) -> list:
+    def _request(self, request: Any, shards: Optional[list] = None, timeout_s: Optional[float] = None) -> list:
+        """Post a request to every rank and wait for their results (at most `trainer.timeout_s`)."""
         self.seq += 1
-        ray.get(self.mailbox.post_request.remote(self.seq, request, shards or [None] * self.world))
-        return self._results(self.seq)
+        ray.get(self.mailbox.post_request.remote(self.seq, request, shards or [None] * self.world), timeout=60)
+        return self._results(self.seq, timeout_s or self.cfg.trainer.timeout_s)
 
     def step(self, samples: Sequence[Sample]) -> StepMetrics:
         """One GRPO update on the batch; returns the step's figures over the whole batch."""
@@ -379,7 +386,7 @@ class TrainerGroup:
         if self.mailbox is None:
             return
         try:
-            self._request(StopRequest())
+            self._request(StopRequest(), timeout_s=timeout_s)
         except Exception as exc:
             log.warning("trainer did not stop cleanly: %r", exc)
         if self.thread is not None:

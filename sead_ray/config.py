@@ -171,6 +171,8 @@ class TrainerConfig:
     num_workers: int = _f(2, 1, 4096)
     zero_stage: int = _f(3, 0, 3)
     backend: Literal["auto", "gloo", "nccl"] = _f("auto")
+    timeout_s: float = _f(7200.0, 10.0, 7 * 86400.0, "a GRPO step, weight sync or save taking longer fails the run "
+                          "(a hung rank or collective), after which the last completed iteration is checkpointed")
 
 
 @dataclass

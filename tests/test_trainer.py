@@ -81,3 +81,20 @@ def test_checkpoint_is_a_plain_hf_folder(system, tmp_path):
     assert max(abs(a - b) for a, b in zip(hf, trained)) < 1e-4
     trainer.load(tmp_path / "ckpt")   # DeepSpeed optimizer state loads back
     assert (tmp_path / "ckpt" / "deepspeed").exists()
+
+
+def test_a_failing_rank_reaches_the_driver_while_the_others_still_wait(ray_cluster):
+    """Rank 1 fails; rank 0 never answers (in a real step it would sit in a collective): the driver gets
+    rank 1's traceback at once instead of waiting for rank 0."""
+    import time
+
+    from actors.trainer import TrainerMailbox
+    from sead_ray.trainer_protocol import WorkerFailure
+    ray = ray_cluster
+    mailbox = TrainerMailbox.remote()
+    waiting = mailbox.take_results.remote(5, 2)
+    time.sleep(0.5)
+    assert ray.wait([waiting], timeout=0.5)[0] == []                 # nobody answered yet: it waits
+    ray.get(mailbox.post_result.remote(5, 1, WorkerFailure(1, "Traceback ...\nRuntimeError: boom")))
+    results = ray.get(waiting, timeout=10)
+    assert results[0] is None and isinstance(results[1], WorkerFailure) and "boom" in results[1].traceback
