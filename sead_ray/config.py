@@ -194,6 +194,8 @@ class EndpointConfig:
     """Agents behind OpenAI-compatible endpoints (`openai:MODEL@URL`, sead_ray/endpoint.py)."""
     api_key_env: str = _f("OPENAI_API_KEY", doc="environment variable holding the endpoints' API key "
                           "(SEAD_RAY_API_KEY for a `sead-ray serve`)")
+    api_key_env_by_host: dict[str, str] = _f({}, doc="per host, another variable, e.g. {api.deepseek.com: "
+                                              "DEEPSEEK_API_KEY} (compare API models of several providers)")
     timeout_s: float = _f(120.0, 1.0, 3600.0, "per request")
     max_concurrency: int = _f(16, 1, 4096, "requests in flight to one endpoint")
 

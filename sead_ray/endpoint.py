@@ -58,8 +58,10 @@ def api_key_from_env(variable: str) -> str:
 
 
 def endpoint_client(cfg: Any, ref: EndpointRef) -> EndpointClient:
-    """A client with the config's key variable, timeout and concurrency (`endpoint:`)."""
-    return EndpointClient(ref, api_key_from_env(cfg.endpoint.api_key_env), timeout_s=cfg.endpoint.timeout_s,
+    """A client with the config's key variable (the host's own, else the default), timeout and concurrency."""
+    from urllib.parse import urlparse
+    variable = cfg.endpoint.api_key_env_by_host.get(urlparse(ref.url).hostname or "", cfg.endpoint.api_key_env)
+    return EndpointClient(ref, api_key_from_env(variable), timeout_s=cfg.endpoint.timeout_s,
                           max_concurrency=cfg.endpoint.max_concurrency)
 
 

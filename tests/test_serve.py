@@ -41,6 +41,14 @@ def test_the_key_comes_from_the_environment_only(monkeypatch):
         api_key_from_env("SEAD_TEST_KEY")
     monkeypatch.setenv("SEAD_TEST_KEY", "k1")
     assert api_key_from_env("SEAD_TEST_KEY") == "k1"
+    from sead_ray.config import load_config
+    from sead_ray.endpoint import endpoint_client
+    monkeypatch.setenv("OPENAI_API_KEY", "k-default")
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "k-deepseek")
+    cfg = load_config(None, ["endpoint.api_key_env_by_host={api.deepseek.com: DEEPSEEK_API_KEY}"])
+    keys = {ref: endpoint_client(cfg, endpoint_ref(ref)).http.headers["authorization"]
+            for ref in ("openai:deepseek-chat@https://api.deepseek.com/v1", "openai:gpt-4o@https://api.openai.com/v1")}
+    assert list(keys.values()) == ["Bearer k-deepseek", "Bearer k-default"]
 
 
 @pytest.mark.parametrize("body, problem", [
