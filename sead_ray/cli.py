@@ -87,7 +87,8 @@ def cmd_compare(args) -> int:
     cfg, scenario = load(args.config, args.overrides)
     profiles, source = evaluation_profiles(args, cfg, scenario)
     check_out(Path(args.out), "dir")
-    rows, title = compare_agents(cfg, scenario, args.agents, profiles, source, Path(args.out), by=args.by)
+    rows, title = compare_agents(cfg, scenario, args.agents, profiles, source, Path(args.out), by=args.by,
+                                 judge=args.judge)
     print(format_markdown(rows, title))
     return 0
 
@@ -114,8 +115,7 @@ def cmd_judge(args) -> int:
 
     import ray
 
-    from .jsonl import write_json, write_jsonl
-    from .judge import format_summary, parse_judgement, summarize
+    from .judge import format_summary, write_judgements
     from .launch import judge_dialogues
     from .metrics import DialogueFileError, read_dialogues
 
@@ -130,14 +130,8 @@ def cmd_judge(args) -> int:
     finally:
         if ray.is_initialized():
             ray.shutdown()
-    judgements = [parse_judgement(text) for text in raws]
-    write_jsonl(out / "judgements.jsonl", ({"dialogue_id": r.get("dialogue_id"), "scores": j, "raw": text}
-                                            for r, j, text in zip(records, judgements, raws)))
-    summary = summarize(judgements)
-    write_json(out / "judge.json", {**summary, "judge": args.judge, "dialogues": str(args.dialogues)})
-    title = f"judge {args.judge} on {args.dialogues}"
-    (out / "judge.md").write_text(format_summary(summary, title))
-    print(format_summary(summary, title) + f"\nwritten to {out}")
+    summary = write_judgements(out, records, raws, args.judge, str(args.dialogues))
+    print(format_summary(summary, f"judge {args.judge} on {args.dialogues}") + f"\nwritten to {out}")
     return 0
 
 

@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="agent models as `eval --agent` takes them; the first is the reference of the paired tests")
     _add_profile_set_args(cp, required=True)
     cp.add_argument("--by", default=None, choices=["user_set"], help="also split the rows by the profiles' user set")
+    cp.add_argument("--judge", default=None, metavar="MODEL",
+                    help="also judge every agent's calls with this model (see `sead-ray judge`): adds its columns")
     cp.add_argument("--out", required=True, metavar="DIR", help="output folder")
 
     # simcheck

@@ -168,10 +168,12 @@ def _p(p: float) -> str:
 def format_markdown(rows: Sequence[Mapping], title: str) -> str:
     """The comparison table: CR with its 95 % Wilson interval, the rest mean ± population std."""
     split = any("user_set" in r for r in rows)
+    judged = any("judge_humanness" in r for r in rows)
     head = (["agent"] + (["user set"] if split else []) +
             ["n", "errors", "CR [95 % CI]", "ATT ± std", "UPA ± std (share)", "UPA guess init / mid",
              "EI ± std", "TI ± std", "CI ± std", "tokens / call (in, out)", "USD / 1k calls",
-             "vs first: better/worse, p better / p worse"])
+             "vs first: better/worse, p better / p worse"] +
+            (["judge: humanness / emotion / trust / cooperation realism / user, agent violation"] if judged else []))
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         pv = r.get("paired_vs_first")
@@ -186,7 +188,9 @@ def format_markdown(rows: Sequence[Mapping], title: str) -> str:
                   _pm(r["ei"], r["ei_std"], "+.2f"), _pm(r["ti"], r["ti_std"], "+.2f"),
                   _pm(r["ci"], r["ci_std"], "+.2f"),
                   f"{r['prompt_tokens_per_call']:.0f}, {r['completion_tokens_per_call']:.0f}",
-                  _f(r["cost_per_1k_calls"], ".2f"), paired])
+                  _f(r["cost_per_1k_calls"], ".2f"), paired] +
+                 ([" / ".join(_f(v, ".2f") for k, v in r.items() if k.startswith("judge_") and k != "judge_failures")]
+                  if judged else []))
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     lines += ["", "CR: completion rate over the calls not lost to an infrastructure error (errors), 95 % Wilson "
               "interval. ATT over successful calls. UPA over agent turns that gave an estimate (share of turns in "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 from .prompts.parsing import extract_json_object
@@ -103,3 +104,16 @@ def judge_request_body(model: str, messages: list[dict], max_tokens: int) -> dic
     return {"model": model, "messages": messages, "temperature": 0.0, "max_tokens": max_tokens,
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": "judgement", "schema": judge_schema(), "strict": True}}}
+
+
+def write_judgements(out: Path, records: Sequence[Mapping], raws: Sequence[str], judge: str, source: str) -> dict:
+    """judgements.jsonl (per dialogue: scores or None, the judge's raw output), judge.json (the summary)
+    and judge.md in `out`; returns the summary."""
+    from .jsonl import write_json, write_jsonl
+    judgements = [parse_judgement(text) for text in raws]
+    write_jsonl(out / "judgements.jsonl", ({"dialogue_id": r.get("dialogue_id"), "scores": j, "raw": text}
+                                            for r, j, text in zip(records, judgements, raws)))
+    summary = summarize(judgements)
+    write_json(out / "judge.json", {**summary, "judge": judge, "dialogues": source})
+    (out / "judge.md").write_text(format_summary(summary, f"judge {judge} on {source}"))
+    return summary

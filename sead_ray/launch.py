@@ -150,16 +150,19 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
 
 
 def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], profiles: Sequence[Profile],
-                   source: str, out: Path, labels: Optional[Sequence[str]] = None,
-                   by: Optional[str] = None) -> tuple[list[dict], str]:
+                   source: str, out: Path, labels: Optional[Sequence[str]] = None, by: Optional[str] = None,
+                   judge: Optional[str] = None) -> tuple[list[dict], str]:
     """`sead-ray compare`: every agent on the same profiles and seeds, one after another on one Ray
-    connection; writes out/compare.{md,json,png} and out/agents/<i>-<label>/; returns the rows and title."""
+    connection; writes out/compare.{md,json,png} and out/agents/<i>-<label>/; returns the rows and title.
+    With `judge`, each agent's calls are also judged (out/agents/<i>-<label>/judge/) and the rows get the
+    judge's means (`judge_<dimension>`)."""
     import asyncio
 
     import ray
 
     from .compare import agent_dir_name, agent_labels, compare_rows, write_compare
     from .endpoint import endpoint_ref
+    from .judge import DIMENSIONS, write_judgements
     from .metrics import read_dialogues
 
     for ref in refs:   # a typo fails now, not after the first agents' hours of calls
@@ -169,18 +172,30 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
     labels = list(labels or agent_labels(refs))
     runs = [(label, ref, out / "agents" / agent_dir_name(i, label)) for i, (label, ref) in enumerate(zip(labels, refs))]
 
+    records: dict = {}
+    judged: dict = {}
+
     async def play_all() -> None:   # one event loop for all agents: the actors' handles live in it
-        for _, ref, folder in runs:
+        for label, ref, folder in runs:
             await evaluate(cfg, scenario, ref, profiles, folder, source)
+            records[label] = read_dialogues(folder / "dialogues.jsonl", scenario.schema)
+        for label, _, folder in runs if judge else ():
+            raws = await judge_dialogues(cfg, scenario, records[label], judge, max_tokens=160)
+            (folder / "judge").mkdir(exist_ok=True)
+            judged[label] = write_judgements(folder / "judge", records[label], raws, judge,
+                                             str(folder / "dialogues.jsonl"))
     connect(cfg)
     try:
         asyncio.run(play_all())
     finally:
         ray.shutdown()
-    records = {label: read_dialogues(folder / "dialogues.jsonl", scenario.schema) for label, _, folder in runs}
     prices = {label: cfg.cost.price(ref) or cfg.cost.price(getattr(endpoint_ref(ref), "model", ref))
               for label, ref, _ in runs}
     rows = compare_rows(records, scenario.schema, by=by, prices=prices)
+    for row in rows if judge else ():
+        summary = judged[row["agent"]]
+        row.update({f"judge_{name}": (summary[name] or {}).get("mean") for name in DIMENSIONS})
+        row["judge_failures"] = summary["judge_failures"]
     title = f"{len(runs)} agents, {source}, agent temperature {cfg.dialogue.agent_eval.temperature:g}"
     write_compare(rows, out, title)
     return rows, title

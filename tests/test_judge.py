@@ -125,3 +125,11 @@ def test_an_endpoint_plays_the_agent_and_judges_the_calls(vllm_server, tmp_path)
     for x in lines:   # schema-constrained output: whatever the tiny model says, it is a judgement or counted
         assert (x["scores"] is None) == (parse_judgement(x["raw"]) is None)
     assert "| humanness |" in (tmp_path / "judge" / "judge.md").read_text()
+
+    # compare adds the judge's columns: one agent, its calls judged by the same endpoint
+    proc = _cli("compare", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agents", f"openai:tiny@{vllm_server}",
+                "--judge", f"openai:tiny@{vllm_server}", "--n", "2", "--seed", "2", "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads((tmp_path / "cmp" / "compare.json").read_text())[0]
+    assert {f"judge_{name}" for name in DIMENSIONS} <= set(row) and "judge_failures" in row
+    assert "judge: humanness" in (tmp_path / "cmp" / "compare.md").read_text()

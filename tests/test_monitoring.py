@@ -21,7 +21,7 @@ from sead_ray.monitor import (
     prometheus_config,
     query,
 )
-from tests.conftest import EMBEDDED_CONFIG, TEST_SETTING
+from tests.conftest import EMBEDDED_CONFIG, ROOT, TEST_SETTING
 
 
 def _expressions(board: dict) -> list[str]:
@@ -90,6 +90,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# A Ray session with the dashboard on (its service discovery is what Prometheus follows) in which the stats
+# actor records the hand-made calls of tests/test_metrics.py (successes and estimates), then waits to be scraped.
+RECORD_HAND_CALLS = """
+import sys, time
+import ray
+from actors.stats import StatsActor
+from sead_ray.scenario import load_scenario
+from tests.conftest import SCENARIO
+from tests.test_metrics import HAND
+ray.init(num_cpus=1, include_dashboard=True)
+stats = StatsActor.remote(sys.argv[1], load_scenario(SCENARIO).schema)
+ray.get(stats.record_iteration.remote(1, "eval", HAND, {}))
+time.sleep(8)
+ray.shutdown()
+"""
+
 SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=3", "train.batch_size=4",
             "train.micro_batch_size=2", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
             "engine.kv_cache_mb=64", "engine.max_model_len=2048", "ray.dashboard=true", "seed=3", *TEST_SETTING]
@@ -130,16 +146,20 @@ def test_a_real_prometheus_scrapes_a_training_run(tmp_path):
             assert samples(f'count_over_time(ray_sead_engine_{load}{{run="run"}}[30m])'), f"no engine {load}"
         assert {s["metric"].get("SessionName") for s in cr} != {None}, "the dashboard filters on SessionName"
 
-        # every metric the dashboard reads is one Prometheus has, except a figure the run never defined: a
-        # gauge without a value is not exported (ATT needs a success, UPA a parsed estimate; the tiny random
-        # agent has neither), which the run's own metrics.jsonl must confirm
+        # ATT needs a success and UPA a parsed estimate, which the tiny random agent never gives (a gauge
+        # without a value is not exported): a second, short Ray session records hand-made calls that have both
+        assert {"att", "upa"} <= {k for k, v in json.loads(
+            (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1]).items() if v is None}
+        proc = subprocess.run([sys.executable, "-c", RECORD_HAND_CALLS, str(tmp_path / "hand")], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert samples('last_over_time(ray_sead_att{run="hand"}[30m])'), "no ATT of the hand-made calls"
+
+        # every metric the dashboard reads is one Prometheus has
         with urllib.request.urlopen(f"{url}/api/v1/label/__name__/values", timeout=10) as resp:
             names = set(json.loads(resp.read())["data"])
-        rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-        undefined = {f"ray_sead_{k}" for k in rows[0] if all(r.get(k, 0) is None for r in rows)}
-        assert metric_names() - names == undefined & metric_names() <= {"ray_sead_att", "ray_sead_upa"}, \
-            "dashboard metrics Prometheus never saw"
-        assert all(expression_metrics(e) <= names | undefined for e in _expressions(dashboard()))
+        assert metric_names() - names == set(), "dashboard metrics Prometheus never saw"
+        assert all(expression_metrics(e) <= names for e in _expressions(dashboard()))
     finally:
         monitor.terminate()
         out, _ = monitor.communicate(timeout=60)
