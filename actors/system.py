@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -143,8 +144,9 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     plan = create_placement_groups(cfg, counts)
     log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
 
-    roles = RolloutRoles(cfg, scenario, AgentPool({}), UserSimPool({}), plan=plan, user_path=user_path,
-                         run=Path(run_dir).name if run_dir else "")
+    roles = RolloutRoles(cfg, scenario, AgentPool({}), UserSimPool({}, max_restarts=cfg.user_sim.max_restarts),
+                         plan=plan, user_path=user_path, run=Path(run_dir).name if run_dir else "")
+    roles.users.restart_fn = partial(restart_user_sim, roles)
     agents = [AgentPolicyActor.options(**actor_options(plan, "agent_policy", i)).remote(
         roles.engine_spec("agent_policy", agent_path, cfg.seed + 1000 * i, _engine_bind(cfg, i), f"agent-{i}"))
         for i in range(n_agent)]
@@ -189,6 +191,16 @@ def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
     return name, actor
 
 
+async def restart_user_sim(roles: RolloutRoles, name: str) -> tuple[Any, dict]:
+    """A dead user simulator's replacement, in the same bundle of its placement group (the pool swaps it in)."""
+    index = roles.users.info[name]["placement_index"]
+    ray.kill(roles.users.actors[name], no_restart=True)   # dead already, or alive with a dead engine
+    _, actor = launch_user_sim(roles, index)
+    info = await actor.start.remote()
+    roles.restarts["user_sim"] += 1
+    return actor, {**info, "placement_index": index}
+
+
 async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Optional[dict]:
     """`user_sim.engines: auto`, between iterations: drop engines whose node left the cluster (or that
     died), then start one engine per unit of the rollout resource the pool does not use yet (nodes that
@@ -197,6 +209,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
     if cfg.user_sim.engines != "auto" or "user_sim" not in roles.plan:
         return None
     rp = roles.plan["user_sim"]
+    await pool.settle()   # engines being restarted in their bundle are not removed from under the restart
     before = len(pool.actors)
 
     async def retire(name: str, graceful: bool) -> None:
@@ -245,6 +258,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
 
 
 async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
+    await roles.users.settle()   # a replacement being started would outlive the pool
     if roles.agent_endpoint is not None:
         await roles.agent_endpoint.close()
     await roles.users.shutdown()

@@ -6,8 +6,10 @@ Back-ends behind one interface, `respond(UserRequest) -> UserTurnOutput`:
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
 import ray
@@ -100,17 +102,24 @@ class UserSimActor:
 
 class UserSimPool(StickyRouter):
     """Routes each user turn to the least-loaded live engine and keeps a dialogue on one engine while
-    it lives. If an engine dies, the turn is retried on another engine: the dialogue's state lives in
-    the driver, so nothing is lost; the loss is counted and reported."""
+    it lives. If an engine dies, the turn is retried on another engine (the dialogue's state lives in
+    the driver, so nothing is lost) and, given a `restart` function, a replacement starts in the dead
+    engine's bundle; with no live engine left, turns wait for it. Losses and restarts are counted."""
     role = "user simulator"
 
-    def __init__(self, actors: dict[str, Any]):
+    def __init__(self, actors: dict[str, Any], restart: Optional[Callable[[str], Awaitable[tuple]]] = None,
+                 max_restarts: int = 3):
         super().__init__(actors)
         self.retried_turns = 0
+        self.restart_fn, self.max_restarts = restart, max_restarts
+        self.restarts: dict[str, int] = {}
+        self.restarting: dict[str, asyncio.Task] = {}
 
     async def respond(self, req: UserRequest) -> UserTurnOutput:
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
         while True:
+            if not self.alive and self.restarting:   # every engine is down: wait for a replacement
+                await asyncio.wait(list(self.restarting.values()))
             name = self.pick(req.dialogue_id)
             self.in_flight[name] += 1
             try:
@@ -120,11 +129,34 @@ class UserSimPool(StickyRouter):
                     self.dead[name] = type(exc).__name__
                     log.warning("user simulator %s died (%s); %d engine(s) left, retrying its turns elsewhere",
                                 name, type(exc).__name__, len(self.alive))
+                    self._restart(name)
                 self.retried_turns += 1
             finally:
                 self.in_flight[name] -= 1
 
+    def _restart(self, name: str) -> None:
+        if self.restart_fn is None or name in self.restarting or self.restarts.get(name, 0) >= self.max_restarts:
+            return
+
+        async def replace() -> None:
+            try:
+                actor, info = await self.restart_fn(name)
+            except Exception as exc:   # the pool goes on with the engines it has
+                log.warning("user simulator %s could not be restarted: %r", name, exc)
+                return
+            finally:
+                self.restarting.pop(name, None)
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            self.actors[name], self.info[name], self.in_flight[name] = actor, info, 0
+            self.dead.pop(name, None)
+            log.info("user simulator %s restarted in its bundle (restart %d)", name, self.restarts[name])
+        self.restarting[name] = asyncio.ensure_future(replace())
+
+    async def settle(self) -> None:
+        """Wait for the restarts under way (before the pool is reported or shut down)."""
+        while self.restarting:
+            await asyncio.wait(list(self.restarting.values()))
+
     def report(self) -> dict:
         return {"engines": len(self.actors), "alive": len(self.alive), "dead": dict(self.dead),
-                "retried_turns": self.retried_turns}
-
+                "retried_turns": self.retried_turns, "restarts": dict(self.restarts)}

@@ -126,6 +126,7 @@ class UserSimConfig:
     engines: Union[int, Literal["auto"]] = _f(1, doc="engines in the pool, or auto (one per rollout unit)")
     rule: RuleSimConfig = _f(RuleSimConfig())
     tensor_parallel_size: int = _f(1, 1, 64, "GPUs per user-simulator engine")
+    max_restarts: int = _f(3, 0, 1000, "restarts of each engine that dies (in its bundle, while calls wait)")
     max_step: int = _f(1, 0, 100, "most levels a state dimension moves per turn (0 = unbounded)")
     status_guards: bool = _f(True, doc="apply the scenario's user.status_guards (false: the simulator alone decides)")
 

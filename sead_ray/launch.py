@@ -120,6 +120,7 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
         result = await run_dialogues(roles.endpoints(), cfg, scenario, profiles, iteration=0, phase="eval",
                                      sampling=cfg.dialogue.agent_eval)
         records = write_dialogues(out_dir / "dialogues.jsonl", result, scenario)
+        await roles.users.settle()
         extra = {"dialogues_per_s": result.dialogues_per_s, "agent_tokens_per_s": result.agent_tokens_per_s,
                  "wall_s": result.wall_s, "pool": roles.users.report()}
         await roles.stats.record_iteration.remote(0, "eval", records, extra)
