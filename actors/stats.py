@@ -46,9 +46,11 @@ class StatsActor:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             # A resumed run redoes the iterations after its checkpoint: TensorBoard drops the points the
-            # interrupted run had logged from that step on (purge_step), so no iteration appears twice.
+            # interrupted run had logged from that step on (purge_step), so no iteration appears twice. Not
+            # when Ray restarted this actor mid-run: those points are this run's.
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"),
-                                        purge_step=first_iteration if first_iteration > 1 else None)
+                                        purge_step=first_iteration if first_iteration > 1 and not restarted else None)
         self.gauges = RayGauges()
 
     def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: Optional[dict] = None,

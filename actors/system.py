@@ -170,7 +170,9 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.startup["agent"] = started[0]
         roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
     if with_stats:
-        roles.stats = StatsActor.options(**actor_options(plan, "stats", 0)).remote(
+        # Ray restarts a dead stats actor in its bundle and retries the call: it reopens the same files and
+        # appends on (its gauges are set again by the next row)
+        roles.stats = StatsActor.options(max_restarts=3, max_task_retries=2, **actor_options(plan, "stats", 0)).remote(
             str(run_dir), scenario.schema, first_iteration=first_iteration)
     if with_controller:
         roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
