@@ -59,3 +59,14 @@ def test_a_resumed_run_drops_the_tensorboard_points_it_redoes(ray_cluster, schem
     events.Reload()
     points = [(e.step, e.value) for e in events.Scalars("train/reward_mean")]
     assert points == [(1, 1.0), (2, 20.0), (3, 30.0)], points   # each iteration once, the redone values
+
+
+def test_a_killed_stats_actor_is_restarted_and_keeps_appending(ray_cluster, schema, tmp_path):
+    from actors.stats import StatsActor
+    ray = ray_cluster
+    stats = StatsActor.options(max_restarts=3, max_task_retries=2).remote(str(tmp_path), schema, first_iteration=1)
+    ray.get(stats.record_iteration.remote(1, "train", HAND, {}))
+    ray.kill(stats, no_restart=False)   # as if its process died
+    ray.get(stats.record_iteration.remote(2, "train", HAND, {}), timeout=120)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2]
