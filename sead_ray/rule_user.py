@@ -178,8 +178,11 @@ class RuleUserSimulator:
             call.status = "refuse"
 
     def replay(self, req: UserRequest) -> _CallState:
-        """The call so far, from the profile's initial state through every agent turn."""
-        call = _CallState(list(req.profile.state), self.concern_order(req.profile.behaviors))
+        """The call so far, from the profile's initial state through every agent turn. A free-form profile
+        (w/o profile sampling) gives the user no state: it starts at the middle of each scale."""
+        start = ([d.max_level // 2 for d in self.scenario.schema.dimensions] if req.profile.free_form
+                 else list(req.profile.state))
+        call = _CallState(start, self.concern_order(req.profile.behaviors))
         for i, said in enumerate(req.agent_replies):
             self._step(call, said, req.agent_replies[i - 1] if i else "", i)
             if call.status != "continue":

@@ -133,3 +133,13 @@ def test_user_sets_bound_the_initial_states(scenario):
     assert {p.extra["user_set"] for p in profiles} == {"hard"}
     with pytest.raises(ConfigError, match="no user set 'medium'"):
         ProfileController(scenario, SimpleNamespace(**{**vars(cfg), "user_set": "medium"}), seed=0)
+
+
+def test_a_free_form_profile_starts_the_user_at_the_middle_of_each_scale(sim, scenario):
+    """w/o profile sampling the simulator is given no state: the sampled one must not leak in."""
+    middle = tuple(d.max_level // 2 for d in scenario.schema.dimensions)
+    greeting = ["Good afternoon, this is Lin."]
+    for sampled in ((0, 0, 0), (4, 3, 5)):
+        req = UserRequest("d", 0, Profile(sampled, (COST,), free_form=True), sampled, greeting, [], seed=0)
+        assert sim.respond(req).state == middle
+    assert respond(sim, greeting, state=(4, 3, 5)).state == (4, 3, 5)   # a sampled profile starts where drawn
