@@ -95,8 +95,9 @@ class AgentIngress:
 
 
 def build_agent_app(model_path: str, scenario: Any, api_key: str, settings: ServeSettings, engine_kwargs: dict,
-                    bundle: dict, env: dict) -> Any:
-    """The Serve application: Ray's LLM deployment (vLLM) and our ingress in front of it."""
+                    bundles: list[dict], env: dict) -> Any:
+    """The Serve application: Ray's LLM deployment (vLLM; one placement bundle per tensor-parallel rank)
+    and our ingress in front of it."""
     from ray.serve.config import BackpressureConfig
     from ray.serve.llm import LLMConfig, build_llm_deployment
 
@@ -104,7 +105,7 @@ def build_agent_app(model_path: str, scenario: Any, api_key: str, settings: Serv
                "target_ongoing_requests": max(1, settings.max_ongoing_requests // 2)}
     llm = build_llm_deployment(LLMConfig(
         model_loading_config={"model_id": settings.model_id, "model_source": model_path},
-        engine_kwargs=engine_kwargs, placement_group_config={"bundles": [bundle]}, runtime_env={"env_vars": env},
+        engine_kwargs=engine_kwargs, placement_group_config={"bundles": bundles}, runtime_env={"env_vars": env},
         deployment_config={"autoscaling_config": scaling, "max_ongoing_requests": settings.max_ongoing_requests}))
     ingress = AgentIngress.options(
         autoscaling_config=scaling, max_ongoing_requests=settings.max_ongoing_requests,

@@ -230,11 +230,11 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
     path = str(resolve_model(model))
     role = cfg.placement.agent_policy
     spec = engine_spec_from_config(cfg, "agent_policy", path, cfg.seed)
-    bundle = {"CPU": role.cpus, **({"GPU": role.gpus} if role.gpus else {})}
+    bundles = [{"CPU": role.cpus, **({"GPU": role.gpus} if role.gpus else {})}] * spec.tensor_parallel_size
     env = {**ACTOR_ENV, **({} if role.gpus else {"VLLM_CPU_OMP_THREADS_BIND": "nobind"})}
     decoding = cfg.dialogue.agent_eval.as_params()
     app = build_agent_app(path, scenario, api_key, ServeSettings(
-        decoding=decoding, prefill=cfg.dialogue.agent_prefill, **settings), engine_kwargs(spec), bundle, env)
+        decoding=decoding, prefill=cfg.dialogue.agent_prefill, **settings), engine_kwargs(spec), bundles, env)
     connect(cfg)
     serve.start(http_options={"host": host, "port": port})
     t0 = time.perf_counter()
