@@ -91,7 +91,8 @@ def _free_port() -> int:
 
 
 # A Ray session with the dashboard on (its service discovery is what Prometheus follows) in which the stats
-# actor records the hand-made calls of tests/test_metrics.py (successes and estimates), then waits to be scraped.
+# actor records the hand-made calls of tests/test_metrics.py (successes and estimates), then waits to be
+# scraped (SIGTERM from the test ends it and its local cluster).
 RECORD_HAND_CALLS = """
 import sys, time
 import ray
@@ -102,8 +103,7 @@ from tests.test_metrics import HAND
 ray.init(num_cpus=1, include_dashboard=True)
 stats = StatsActor.remote(sys.argv[1], load_scenario(SCENARIO).schema)
 ray.get(stats.record_iteration.remote(1, "eval", HAND, {}))
-time.sleep(8)
-ray.shutdown()
+time.sleep(300)   # until the test, once Prometheus has the figures, stops this session
 """
 
 SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=3", "train.batch_size=4",
@@ -150,9 +150,16 @@ def test_a_real_prometheus_scrapes_a_training_run(tmp_path):
         # without a value is not exported): a second, short Ray session records hand-made calls that have both
         assert {"att", "upa"} <= {k for k, v in json.loads(
             (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1]).items() if v is None}
-        proc = subprocess.run([sys.executable, "-c", RECORD_HAND_CALLS, str(tmp_path / "hand")], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        hand = subprocess.Popen([sys.executable, "-c", RECORD_HAND_CALLS, str(tmp_path / "hand")], env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:   # the new session's service discovery, Ray's export and the scrapes take a few seconds
+            deadline = time.time() + 120
+            while not samples('last_over_time(ray_sead_upa{run="hand"}[30m])') and time.time() < deadline:
+                assert hand.poll() is None, hand.communicate()[0][-3000:]
+                time.sleep(1)
+        finally:
+            hand.terminate()
+            hand.wait(timeout=60)
         assert samples('last_over_time(ray_sead_att{run="hand"}[30m])'), "no ATT of the hand-made calls"
 
         # every metric the dashboard reads is one Prometheus has
