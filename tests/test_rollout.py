@@ -144,24 +144,3 @@ def test_killing_a_user_engine_mid_run_loses_no_dialogue(ray_cluster, roles, sce
     again = asyncio.run(_play(roles, _profiles(scenario, 4, seed=6), iteration=3))   # the replacement serves
     assert all(t.end_reason != "error" for t in again.trajectories)
 
-
-def test_a_pool_of_one_waits_for_its_restarted_engine(ray_cluster, scenario, tmp_path):
-    """The single user simulator dies mid-run: the calls wait for its replacement instead of ending in error."""
-    import ray
-    cfg = tiny_config("user_sim.engines=1")
-
-    async def scenario_run():
-        roles = await start_rollout_roles(cfg, scenario, cfg.models.agent, tmp_path)
-        try:
-            task = asyncio.ensure_future(_play(roles, _profiles(scenario, 6, seed=9), iteration=1))
-            victim = roles.users.actors["user-sim-0"]
-            while roles.users.in_flight["user-sim-0"] == 0 and not task.done():
-                await asyncio.sleep(0.05)
-            ray.kill(victim, no_restart=True)
-            return await task, roles.users.report()
-        finally:
-            await shutdown_rollout_roles(roles)
-    result, report = asyncio.run(scenario_run())
-    assert [t.end_reason for t in result.trajectories if t.end_reason == "error"] == [], \
-        [t.error for t in result.trajectories]
-    assert report["restarts"] == {"user-sim-0": 1} and report["retried_turns"] >= 1, report
