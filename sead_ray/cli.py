@@ -65,9 +65,11 @@ def cmd_eval(args) -> int:
 
     import ray
 
+    from .endpoint import check_model_refs
     from .launch import connect, evaluate
 
     cfg, scenario = load(args.config, args.overrides)
+    check_model_refs(cfg, [args.agent])
     profiles, source = evaluation_profiles(args, cfg, scenario)
     out = Path(args.out or Path(cfg.output_dir) / time.strftime("eval-%Y%m%d-%H%M%S"))
     make_out_dir(out, "--out" if args.out else "output folder")
@@ -105,7 +107,8 @@ def cmd_serve(args) -> int:
                 "max_ongoing_requests": args.max_concurrent, "max_queued_requests": args.max_queued,
                 "limits": ServeLimits(max_request_bytes=args.max_request_kb * 1024,
                                       max_messages=2 * cfg.dialogue.max_turns)}
-    serve_agent(cfg, scenario, args.model, host=args.host, port=args.port, api_key=api_key_from_env("SEAD_RAY_API_KEY"),
+    key = api_key_from_env("SEAD_RAY_API_KEY", "sead-ray serve requires an API key")
+    serve_agent(cfg, scenario, args.model, host=args.host, port=args.port, api_key=key,
                 settings=settings)
     return 0
 

@@ -48,20 +48,36 @@ def endpoint_ref(name: str) -> Optional[EndpointRef]:
     return EndpointRef(model, url.rstrip("/"))
 
 
-def api_key_from_env(variable: str) -> str:
+def api_key_from_env(variable: str, whose: str = "the endpoint's API key (the variable endpoint.api_key_env "
+                     "names)") -> str:
     key = os.environ.get(variable, "")
     if not key:
         from .config import ConfigError
-        raise ConfigError(f"the endpoint's API key: set the environment variable {variable} "
-                          "(endpoint.api_key_env names it; keys are never read from files or flags)")
+        raise ConfigError(f"{whose}: set the environment variable {variable} (keys are never read from files or flags)")
     return key
 
 
-def endpoint_client(cfg: Any, ref: EndpointRef) -> EndpointClient:
-    """A client with the config's key variable (the host's own, else the default), timeout and concurrency."""
+def endpoint_key(cfg: Any, ref: EndpointRef) -> str:
+    """The API key of an endpoint: from the host's own variable (endpoint.api_key_env_by_host), else the default."""
     from urllib.parse import urlparse
-    variable = cfg.endpoint.api_key_env_by_host.get(urlparse(ref.url).hostname or "", cfg.endpoint.api_key_env)
-    return EndpointClient(ref, api_key_from_env(variable), timeout_s=cfg.endpoint.timeout_s,
+    return api_key_from_env(cfg.endpoint.api_key_env_by_host.get(urlparse(ref.url).hostname or "",
+                                                                 cfg.endpoint.api_key_env))
+
+
+def check_model_refs(cfg: Any, refs: Any) -> None:
+    """Every reference resolves (endpoints: well formed, with their key set) before anything starts."""
+    from .models import resolve_model
+    for name in refs:
+        ref = endpoint_ref(name)
+        if ref is not None:
+            endpoint_key(cfg, ref)
+        else:
+            resolve_model(name)
+
+
+def endpoint_client(cfg: Any, ref: EndpointRef) -> EndpointClient:
+    """A client with the endpoint's key, and the config's timeout and concurrency."""
+    return EndpointClient(ref, endpoint_key(cfg, ref), timeout_s=cfg.endpoint.timeout_s,
                           max_concurrency=cfg.endpoint.max_concurrency)
 
 

@@ -162,12 +162,11 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
     import ray
 
     from .compare import agent_dir_name, agent_labels, compare_rows, write_compare
-    from .endpoint import endpoint_ref
+    from .endpoint import check_model_refs, endpoint_ref
     from .judge import DIMENSIONS, write_judgements
     from .metrics import read_dialogues
 
-    for ref in refs:   # a typo fails now, not after the first agents' hours of calls
-        endpoint_ref(ref) or resolve_model(ref)
+    check_model_refs(cfg, refs)   # a typo or a missing key fails now, not after the first agents' hours of calls
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "profiles.jsonl", (p.to_json(scenario.schema) for p in profiles))
     labels = list(labels or agent_labels(refs))

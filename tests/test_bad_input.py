@@ -25,6 +25,7 @@ def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("this bad input got as far as starting Ray")
     monkeypatch.setattr("sead_ray.launch.connect", refuse)
+    monkeypatch.delenv("SEAD_RAY_API_KEY", raising=False)   # the cases without a key must not find one
 
 
 def sead(capsys, *args) -> tuple[int, str]:
@@ -205,6 +206,31 @@ CASES = {
         ["eval", "--config", EMBEDDED_CONFIG, *AGENT, *RULE, "--out", t / "ev",
          "--profiles", _write(t / "p.jsonl", _profile_line().replace("}", ', "note": NaN}'))],
         ["p.jsonl:1", "NaN"]),
+    # serve, judge, ablate, monitor, endpoints
+    "serve without a key": lambda t: (
+        ["serve", "tiny:llama-h64", "--scenario", SCENARIO], ["SEAD_RAY_API_KEY", "sead-ray serve"]),
+    "serve replica bounds reversed": lambda t: (
+        ["serve", "tiny:llama-h64", "--scenario", SCENARIO, "--min-replicas", 3, "--max-replicas", 1],
+        ["--min-replicas 3", "--max-replicas 1"]),
+    "endpoint agent without a key": lambda t: (
+        ["eval", "--config", EMBEDDED_CONFIG, *RULE, "--set", "endpoint.api_key_env=SEAD_TEST_NO_SUCH_KEY",
+         "--agent", "openai:m@http://127.0.0.1:9/v1", "--n", 1, "--out", t / "ev"],
+        ["SEAD_TEST_NO_SUCH_KEY"]),
+    "judge a missing file": lambda t: (
+        ["judge", t / "none.jsonl", "--config", EMBEDDED_CONFIG, "--judge", "tiny:llama-h64"], ["none.jsonl"]),
+    "negative price": lambda t: (
+        ["compare", "--config", EMBEDDED_CONFIG, "--set", "cost.usd_per_mtok_in={m: -1}", "--agents", "tiny:llama-h64",
+         "--n", 1, "--out", t / "cmp"], ["cost.usd_per_mtok_in"]),
+    "ablate unknown variant": lambda t: (
+        ["ablate", "--config", EMBEDDED_CONFIG, "--variants", "full,fancy", "--n", 1, "--out", t / "ab"],
+        ["--variants", "fancy"]),
+    "ablate train_urm": lambda t: (
+        ["ablate", "--config", EMBEDDED_CONFIG, "--variants", "train_urm", "--n", 1, "--out", t / "ab"],
+        ["train_urm", "not built yet"]),
+    "ablate bad seeds": lambda t: (
+        ["ablate", "--config", EMBEDDED_CONFIG, "--seeds", "1,x", "--n", 1, "--out", t / "ab"], ["--seeds"]),
+    "monitor bad interval": lambda t: (
+        ["monitor", "--dir", t / "mon", "--scrape-interval", "fast"], ["--scrape-interval", "fast"]),
 }
 
 
