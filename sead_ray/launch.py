@@ -263,38 +263,46 @@ async def judge_dialogues(cfg: SeadConfig, scenario: Scenario, records: Sequence
     from .judge import judge_messages, judge_request_body, parse_judgement
     from .rollout import Progress
 
-    progress = Progress(len(records), "judged dialogues", rate_label="scored")
     endpoint = endpoint_ref(judge_model)
     if endpoint is not None:
         client = endpoint_client(cfg, endpoint)
+        start = client.models
 
-        async def one(record: dict) -> str:
-            _, text = await client.chat(judge_request_body(endpoint.model, judge_messages(scenario, record),
-                                                           max_tokens))
-            progress.update(parse_judgement(text) is not None)
-            return text
-        try:
-            await client.models()
-            return list(await asyncio.gather(*(one(r) for r in records)))
-        finally:
-            progress.close()
+        async def ask(messages: list[dict]) -> str:
+            return (await client.chat(judge_request_body(endpoint.model, messages, max_tokens)))[1]
+
+        async def close() -> None:
             await client.close()
+    else:
+        import ray
 
-    import ray
+        from actors.judge import JudgeActor
+        from actors.vllm_engine import engine_spec_from_config
+        spec = engine_spec_from_config(cfg, "user_sim", str(resolve_model(judge_model)), cfg.seed)
+        connect(cfg)
+        actor = JudgeActor.options(num_cpus=cfg.placement.user_sim.cpus,
+                                   num_gpus=cfg.placement.user_sim.gpus).remote(spec)
 
-    from actors.judge import JudgeActor
-    from actors.vllm_engine import engine_spec_from_config
-    spec = engine_spec_from_config(cfg, "user_sim", str(resolve_model(judge_model)), cfg.seed)
-    connect(cfg)
-    actor = JudgeActor.options(num_cpus=cfg.placement.user_sim.cpus, num_gpus=cfg.placement.user_sim.gpus).remote(spec)
+        async def ask(messages: list[dict]) -> str:
+            return await actor.judge.remote(messages, max_tokens)
+
+        async def start() -> None:
+            await actor.start.remote()
+
+        async def close() -> None:
+            ray.kill(actor, no_restart=True)
+
+    progress = None
+
+    async def one(record: dict) -> str:
+        text = await ask(judge_messages(scenario, record))
+        progress.update(parse_judgement(text) is not None)
+        return text
     try:
-        await actor.start.remote()
-
-        async def local(record: dict) -> str:
-            text = await actor.judge.remote(judge_messages(scenario, record), max_tokens)
-            progress.update(parse_judgement(text) is not None)
-            return text
-        return list(await asyncio.gather(*(local(r) for r in records)))
+        await start()
+        progress = Progress(len(records), "judged dialogues", rate_label="scored")
+        return list(await asyncio.gather(*(one(r) for r in records)))
     finally:
-        progress.close()
-        ray.kill(actor, no_restart=True)
+        if progress is not None:
+            progress.close()
+        await close()
