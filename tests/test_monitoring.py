@@ -3,7 +3,6 @@ Prometheus scraping a real tiny training run (its Ray cluster found through Ray'
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from sead_ray.monitor import (
     query,
 )
 from tests.conftest import EMBEDDED_CONFIG, ROOT, TEST_SETTING
+from tests.helpers.servers import free_port
 
 
 def _expressions(board: dict) -> list[str]:
@@ -84,10 +84,6 @@ def test_monitor_without_prometheus_says_how_to_get_it(tmp_path):
     assert proc.returncode == 2 and "apt-get install prometheus" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # A Ray session with the dashboard on (its service discovery is what Prometheus follows) in which the stats
@@ -117,7 +113,7 @@ def test_a_real_prometheus_scrapes_a_training_run(tmp_path):
     if shutil.which("prometheus") is None:
         pytest.skip("no Prometheus binary on this machine (make test installs Debian's `prometheus` when it runs "
                     "as root with apt-get)")
-    port = _free_port()
+    port = free_port()
     monitor = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "monitor", "--dir", str(tmp_path / "monitor"),
                                 "--port", str(port), "--scrape-interval", "1s", "--no-grafana"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -2,11 +2,8 @@
 the protocol without Ray, then a real server started here and played through `eval` and `compare`."""
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -19,6 +16,7 @@ from sead_ray.prompts.agent import agent_messages
 from sead_ray.serving import RequestError, ServeLimits, model_messages, parse_request, response_body
 from tests.conftest import EMBEDDED_CONFIG, SCENARIO
 from tests.helpers.biased_agent import WITH_PHRASE, WITHOUT
+from tests.helpers.servers import free_port, server_process
 
 DECODING = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 32}
 ESTIMATE = {"emotion": 2, "trust": 3, "cooperation": 1}
@@ -97,12 +95,6 @@ def test_an_endpoint_client_sends_a_served_agent_only_the_call(scenario):
 KEY = "test-key-0123456789"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _http(url: str, body=None, key=KEY, raw: bytes = b""):
     data = raw or (json.dumps(body).encode() if body is not None else None)
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
@@ -119,26 +111,11 @@ def served_agent(tmp_path_factory, scenario):
     from tests.helpers.biased_agent import build_biased_agent
     work = tmp_path_factory.mktemp("serve")
     model = build_biased_agent(work / "agent", scenario, p_phrase=0.5, estimate=ESTIMATE)
-    port = _free_port()
-    env = {**os.environ, "SEAD_RAY_API_KEY": KEY}
-    log = work / "serve.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "serve", str(model),
-                                 "--scenario", str(SCENARIO), "--config", str(EMBEDDED_CONFIG),
-                                 "--set", "ray.dashboard=false", "--port", str(port),
-                                 "--max-request-kb", "4"], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 600
-    while "serving " not in log.read_text():
-        assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-        time.sleep(1)
-    yield url
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    port, log = free_port(), work / "serve.log"
+    cmd = [sys.executable, "-m", "sead_ray.cli", "serve", str(model), "--scenario", str(SCENARIO), "--config",
+           str(EMBEDDED_CONFIG), "--set", "ray.dashboard=false", "--port", str(port), "--max-request-kb", "4"]
+    with server_process(cmd, log, lambda: "serving " in log.read_text(), env={**os.environ, "SEAD_RAY_API_KEY": KEY}):
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.mark.slow
