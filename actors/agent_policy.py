@@ -9,7 +9,7 @@ from typing import Optional
 
 import ray
 
-from actors.routing import StickyRouter
+from actors.routing import EngineDeadError, StickyRouter
 from actors.vllm_engine import EngineSpec, VLLMEngine
 from actors.weight_sync import WeightHandle, discard, materialize
 from sead_ray.dialogue import AgentTurnOutput
@@ -47,8 +47,13 @@ class AgentPolicyActor:
             raise ContextFullError(f"prompt of {len(prompt_ids)} tokens leaves no room in max_model_len "
                                    f"{self.spec.max_model_len}")
         version = self.version  # the version that serves this request
-        gen = await self.engine.generate(prompt_ids, temperature=temperature, top_p=top_p,
-                                         max_tokens=min(max_tokens, room), seed=seed, request_id=request_id)
+        try:
+            gen = await self.engine.generate(prompt_ids, temperature=temperature, top_p=top_p,
+                                             max_tokens=min(max_tokens, room), seed=seed, request_id=request_id)
+        except Exception as exc:
+            if self.engine.is_dead():
+                raise EngineDeadError(f"agent engine is dead ({type(exc).__name__})") from None
+            raise
         self.tokens_generated += len(gen.token_ids)
         return AgentTurnOutput(gen.text, gen.token_ids, gen.logprobs, version, gen.finish_reason,
                                prompt_tokens=len(prompt_ids), completion_tokens=len(gen.token_ids))
@@ -128,17 +133,15 @@ class AgentPolicyActor:
 
 class AgentPool(StickyRouter):
     """The agent engines, routed per dialogue (sticky, least-loaded). Every engine serves the same
-    policy version. A failed turn is not retried elsewhere: the call ends in `error`."""
+    policy version. A failed turn is not retried elsewhere: its call ends in `error` and the rollout
+    plays it again from the start with the same seed (half a call from a dead engine is never kept).
+    A dead engine is replaced in its bundle by `restart_fn`, which also gives it the current policy."""
     role = "agent"
 
     async def generate(self, dialogue_id: str, prompt_ids: list[int], *, messages: Optional[list] = None,
                        **kwargs) -> AgentTurnOutput:
-        name = self.pick(dialogue_id)   # (the engine takes the token ids; `messages` are for endpoints)
-        self.in_flight[name] += 1
-        try:
-            return await self.actors[name].generate.remote(prompt_ids, **kwargs)
-        finally:
-            self.in_flight[name] -= 1
+        name = await self.pick_live(dialogue_id)   # (engines take token ids; `messages` are for endpoints)
+        return await self.request(name, "generate", prompt_ids, **kwargs)
 
     async def set_version(self, version: int) -> None:
         await asyncio.gather(*(actor.set_version.remote(version) for actor in self.actors.values()))

@@ -1,4 +1,7 @@
-"""ProfileControllerActor: owns the curriculum state (sampling distribution, counts, N_max, RNG)."""
+"""ProfileControllerActor: owns the curriculum state (sampling distribution, counts, N_max, RNG).
+
+`sample` and `update` return the state they leave with their result, so the driver always holds the
+state of the last call: a controller that dies is replaced from it without losing or redoing a draw."""
 from __future__ import annotations
 
 import ray
@@ -14,11 +17,11 @@ class ProfileControllerActor:
     def __init__(self, cfg: SeadConfig):
         self.controller = ProfileController(load_scenario(cfg.resolve_path(cfg.scenario)), cfg.curriculum, cfg.seed)
 
-    def sample(self, n: int) -> list[Profile]:
-        return self.controller.sample(n)
+    def sample(self, n: int) -> tuple[list[Profile], dict]:
+        return self.controller.sample(n), self.controller.state_dict()
 
-    def update(self, outcomes: list[tuple[tuple[int, ...], bool]]) -> dict:
-        return self.controller.update(outcomes)
+    def update(self, outcomes: list[tuple[tuple[int, ...], bool]]) -> tuple[dict, dict]:
+        return self.controller.update(outcomes), self.controller.state_dict()
 
     def snapshot(self) -> dict:
         return self.controller.snapshot()

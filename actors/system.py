@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -32,14 +32,11 @@ from placement import (
     remove_placement_groups,
     user_engine_count,
 )
-from sead_ray.config import ConfigError, SeadConfig
+from sead_ray.config import SeadConfig
 from sead_ray.endpoint import EndpointAgent, endpoint_client, endpoint_ref
 from sead_ray.models import resolve_model
-from sead_ray.profiles import Profile
 from sead_ray.rollout import RolloutEndpoints
 from sead_ray.scenario import Scenario
-from sead_ray.state import State
-from sead_ray.trainer_protocol import Sample, StepMetrics, SyncResult
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +93,12 @@ class RolloutRoles:
     plan: dict[str, RolePlacement] = field(default_factory=dict)
     startup: dict = field(default_factory=dict)
     user_path: str = ""            # the user model's folder ("" for the rule back-end)
+    agent_path: str = ""           # the model the agent engines start from ("" for an endpoint agent)
     run: str = ""                  # the run's name, a tag of every engine gauge
     agent_endpoint: Any = None     # an agent behind an OpenAI-compatible endpoint instead of engines
     restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user_sim": 0})
+    # given the new engine of a restart, brings it to the policy being trained (None: the model on disk is it)
+    load_policy: Optional[Callable[[Any], Awaitable[Any]]] = None
 
     def engine_spec(self, role: str, model_path: str, seed: int, bind: str, name: str):
         spec = engine_spec_from_config(self.cfg, role, model_path, seed, bind)
@@ -144,12 +144,13 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     plan = create_placement_groups(cfg, counts)
     log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
 
-    roles = RolloutRoles(cfg, scenario, AgentPool({}), UserSimPool({}, max_restarts=cfg.user_sim.max_restarts),
-                         plan=plan, user_path=user_path, run=Path(run_dir).name if run_dir else "")
+    timeout = cfg.engine.request_timeout_s
+    roles = RolloutRoles(cfg, scenario, AgentPool({}, max_restarts=cfg.agent.max_restarts, request_timeout_s=timeout),
+                         UserSimPool({}, max_restarts=cfg.user_sim.max_restarts, request_timeout_s=timeout),
+                         plan=plan, user_path=user_path, run=Path(run_dir).name if run_dir else "", agent_path=agent_path)
     roles.users.restart_fn = partial(restart_user_sim, roles)
-    agents = [AgentPolicyActor.options(**actor_options(plan, "agent_policy", i)).remote(
-        roles.engine_spec("agent_policy", agent_path, cfg.seed + 1000 * i, _engine_bind(cfg, i), f"agent-{i}"))
-        for i in range(n_agent)]
+    roles.agents.restart_fn = partial(restart_agent, roles)
+    agents = [launch_agent(roles, i) for i in range(n_agent)]
     users = [launch_user_sim(roles, i) for i in range(n_user)]
     t0 = time.perf_counter()
     log.info("starting %d engine(s): agent %s x %d; user simulator %s x %d", n_agent + (n_user if user_path else 0),
@@ -157,7 +158,7 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     started = await asyncio.gather(*(a.start.remote() for a in agents), *(u.start.remote() for _, u in users))
     log.info("engines ready in %.0f s", time.perf_counter() - t0)
     for index, (actor, info) in enumerate(zip(agents, started[:n_agent])):
-        roles.agents.add(f"agent-{index}", actor, info)
+        roles.agents.add(f"agent-{index}", actor, {**info, "placement_index": index})
     for index, ((name, actor), info) in enumerate(zip(users, started[n_agent:])):
         roles.users.add(name, actor, {**info, "placement_index": index})
     roles.startup = {"agents": started[:n_agent], "user_sims": started[n_agent:]}
@@ -177,6 +178,26 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     if with_controller:
         roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
     return roles
+
+
+def launch_agent(roles: RolloutRoles, index: int) -> Any:
+    """Create (not yet start) the agent engine actor in bundle `index` of the agent_policy role."""
+    spec = roles.engine_spec("agent_policy", roles.agent_path, roles.cfg.seed + 1000 * index,
+                             _engine_bind(roles.cfg, index), f"agent-{index}")
+    return AgentPolicyActor.options(**actor_options(roles.plan, "agent_policy", index)).remote(spec)
+
+
+async def restart_agent(roles: RolloutRoles, name: str) -> tuple[Any, dict]:
+    """A dead agent engine's replacement in the same bundle, serving the current policy before it is
+    swapped into the pool (a training run pushes the trainer's weights to it: `roles.load_policy`)."""
+    index = roles.agents.info[name]["placement_index"]
+    ray.kill(roles.agents.actors[name], no_restart=True)
+    actor = launch_agent(roles, index)
+    info = await actor.start.remote()
+    if roles.load_policy is not None:
+        await roles.load_policy(actor)
+    roles.restarts["agent"] += 1
+    return actor, {**info, "placement_index": index}
 
 
 def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
@@ -260,7 +281,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
 
 
 async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
-    await roles.users.settle()   # a replacement being started would outlive the pool
+    await asyncio.gather(roles.users.settle(), roles.agents.settle())   # a replacement would outlive its pool
     if roles.agent_endpoint is not None:
         await roles.agent_endpoint.close()
     await roles.users.shutdown()
@@ -271,89 +292,3 @@ async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
         if handle is not None:
             ray.kill(handle, no_restart=True)
     remove_placement_groups(roles.plan)
-
-
-class TrainingSystem:
-    """What the self-evolution loop drives: the rollout roles, the controller, the stats and the
-    trainer, behind plain async methods (sead_ray.loop.LoopSystem)."""
-
-    def __init__(self, roles: RolloutRoles, trainer: Any):
-        self.roles, self.trainer = roles, trainer
-
-    @classmethod
-    async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path,
-                    first_iteration: int = 1) -> TrainingSystem:
-        from actors.trainer import TrainerGroup
-        from actors.weight_sync import transport_placement_problem
-        problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")])
-        if problem:
-            raise ConfigError(problem)
-        blind = unshared_run_dir_nodes(run_dir)
-        if blind:
-            raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
-                              "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
-        roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
-                                          trainer_workers=cfg.trainer.num_workers, first_iteration=first_iteration)
-        system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir,
-                                         agents=list(roles.agents.actors.values())))
-        try:
-            system.trainer.start()
-        except BaseException:
-            await system.stop()
-            raise
-        return system
-
-    def endpoints(self) -> RolloutEndpoints:
-        return self.roles.endpoints()
-
-    @property
-    def user_engines(self) -> int:
-        return len(self.roles.users.alive)
-
-    async def rescale(self) -> Optional[dict]:
-        return await rescale_user_pool(self.roles)
-
-    async def sample_profiles(self, n: int) -> list[Profile]:
-        return await self.roles.controller.sample.remote(n)
-
-    async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict:
-        return await self.roles.controller.update.remote(list(outcomes))
-
-    async def controller_state(self) -> dict:
-        return await self.roles.controller.state_dict.remote()
-
-    async def restore(self, checkpoint: Path, controller_state: dict, policy_version: int) -> None:
-        """A resumed run: the controller's state, the optimizer's, and the version the engines serve."""
-        await self.roles.controller.load_state_dict.remote(controller_state)
-        await self.roles.agents.set_version(policy_version)
-        self.trainer.load(checkpoint)
-
-    async def grpo_step(self, samples: list[Sample]) -> StepMetrics:
-        """One GRPO update. Colocated (`placement.colocate`): the engines sleep while the trainer steps and
-        wake before the new weights arrive (vLLM cannot load weights into a sleeping engine)."""
-        if not self.roles.cfg.placement.colocate:
-            return self.trainer.step(samples)
-        await asyncio.gather(self.roles.agents.call_alive("sleep"), self.roles.users.call_alive("sleep"))
-        try:
-            return self.trainer.step(samples)
-        finally:
-            await asyncio.gather(self.roles.agents.call_alive("wake_up"), self.roles.users.call_alive("wake_up"))
-
-    async def broadcast_weights(self, version: int) -> SyncResult:
-        return self.trainer.sync_weights(version)
-
-    def save_weights(self, directory: Path) -> float:
-        return self.trainer.save(directory)
-
-    async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
-                               curriculum: Optional[dict] = None) -> dict:
-        row = await self.roles.stats.record_iteration.remote(iteration, phase, records, extra, curriculum)
-        await self.roles.stats.record_roles.remote(self.roles.health())
-        return row
-
-    async def stop(self) -> None:
-        t_stop = time.perf_counter()
-        self.trainer.stop()
-        t_engines = time.perf_counter()
-        await shutdown_rollout_roles(self.roles)
-        log.info("shut down: trainer %.0f s, engines %.0f s", t_engines - t_stop, time.perf_counter() - t_engines)

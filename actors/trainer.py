@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -145,7 +146,7 @@ class _Worker:
             local, total = sum(p.ds_tensor.numel() for p in params), sum(p.ds_numel for p in params)
         else:
             local = total = sum(p.numel() for p in params)
-        return WorkerReady(self.rank, self.settings.zero_stage, int(local), int(total))
+        return WorkerReady(self.rank, self.settings.zero_stage, int(local), int(total), os.getpid())
 
     def _logprob_fn(self, engine: Any, temperature: Optional[float] = None):
         """Logprobs as the rollouts sampled them (the training temperature) unless `temperature` is given."""
@@ -182,13 +183,18 @@ class _Worker:
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
 
-    def weights(self) -> GatheredWeights:
+    def weights(self) -> Any:
+        from actors.weight_sync import GatheredWeights
         return GatheredWeights(self.engine.module, self.settings.zero_stage, self.rank)
 
     def sync_weights(self, request: SyncRequest, agents: list) -> Optional[SyncResult]:
         """Every rank takes part (gathers are collectives); rank 0 ships to every agent engine."""
+        if request.agents is not None and self.transport is not None:   # an engine was replaced
+            self.transport.close()
+            self.transport = None
         if self.transport is None:
             from actors.weight_sync import make_transport
+            agents = request.agents if request.agents is not None else agents
             self.transport = make_transport(request.transport, agents=agents, rank=self.rank,
                                             bucket_mb=request.bucket_mb, workers_per_engine=request.workers_per_engine)
         return self.transport.send(self.weights(), request.version)
@@ -262,29 +268,6 @@ def train_loop_per_worker(config: dict) -> None:
         seq += 1
 
 
-class GatheredWeights:
-    """The model's parameters in HF naming for weight sync and checkpoints: `metadata()` without
-    gathering; iterating gathers one parameter at a time on every rank (a collective under ZeRO-3) and
-    yields the full tensor on rank 0 (valid until the next one), None elsewhere."""
-
-    def __init__(self, module: Any, zero_stage: int, rank: int):
-        self.module, self.zero_stage, self.rank = module, zero_stage, rank
-
-    def metadata(self) -> list:
-        from vllm.distributed.weight_transfer.base import ParamMeta
-        return [ParamMeta(name, p.dtype, tuple(p.ds_shape if self.zero_stage == 3 else p.shape))
-                for name, p in self.module.named_parameters()]
-
-    def __iter__(self):
-        import deepspeed
-        for name, param in self.module.named_parameters():
-            if self.zero_stage == 3:
-                with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
-                    yield name, param.data if self.rank == 0 else None
-            else:
-                yield name, param.data if self.rank == 0 else None
-
-
 # --------------------------------------------------------------------------- driver side
 
 class TrainerGroup:
@@ -297,6 +280,7 @@ class TrainerGroup:
         self.agents = list(agents)       # the agent engines every weight version goes to
         self.world = cfg.trainer.num_workers
         self.seq = 0
+        self.request_lock = threading.Lock()
         self.thread: Optional[threading.Thread] = None
         self.fit_error: Optional[BaseException] = None
         self.mailbox = None
@@ -353,10 +337,12 @@ class TrainerGroup:
         return results
 
     def _request(self, request: Any, shards: Optional[list] = None, timeout_s: Optional[float] = None) -> list:
-        """Post a request to every rank and wait for their results (at most `trainer.timeout_s`)."""
-        self.seq += 1
-        ray.get(self.mailbox.post_request.remote(self.seq, request, shards or [None] * self.world), timeout=60)
-        return self._results(self.seq, timeout_s or self.cfg.trainer.timeout_s)
+        """Post a request to every rank and wait for their results (at most `trainer.timeout_s`). One at a
+        time: a replacement engine's weight push (from a thread) never interleaves with a step."""
+        with self.request_lock:
+            self.seq += 1
+            ray.get(self.mailbox.post_request.remote(self.seq, request, shards or [None] * self.world), timeout=60)
+            return self._results(self.seq, timeout_s or self.cfg.trainer.timeout_s)
 
     def step(self, samples: Sequence[Sample]) -> StepMetrics:
         """One GRPO update on the batch; returns the step's figures over the whole batch."""
@@ -365,10 +351,14 @@ class TrainerGroup:
         results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples)), shards)
         return aggregate_step(results, time.perf_counter() - t0)
 
-    def sync_weights(self, version: int) -> SyncResult:
+    def sync_weights(self, version: int, agents: Optional[Sequence[Any]] = None) -> SyncResult:
+        """Send the current weights as `version` to the agent engines: those given (a changed list, an
+        engine was replaced) or the ones of the previous sync."""
         sync = self.cfg.weight_sync
-        return self._request(SyncRequest(version, sync.transport, sync.bucket_mb,
-                                         self.cfg.agent.tensor_parallel_size))[0]
+        if agents is not None:
+            self.agents = list(agents)
+        return self._request(SyncRequest(version, sync.transport, sync.bucket_mb, self.cfg.agent.tensor_parallel_size,
+                                         None if agents is None else self.agents))[0]
 
     def save(self, directory: Path) -> float:
         return max(self._request(SaveRequest(str(directory))))

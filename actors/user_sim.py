@@ -6,7 +6,6 @@ Back-ends behind one interface, `respond(UserRequest) -> UserTurnOutput`:
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -14,7 +13,7 @@ from typing import Any, Optional
 
 import ray
 
-from actors.routing import StickyRouter
+from actors.routing import EngineDeadError, StickyRouter, actor_death_errors
 from actors.vllm_engine import EngineSpec, VLLMEngine
 from sead_ray.dialogue import UserRequest, UserTurnOutput
 from sead_ray.prompts.user import parse_user_output, user_output_schema, user_prompt_ids
@@ -22,10 +21,6 @@ from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.scenario import Scenario
 
 log = logging.getLogger(__name__)
-
-
-class SimulatorEngineDead(RuntimeError):
-    """The actor is alive but its engine is not (the pool treats it like a dead actor)."""
 
 
 @ray.remote
@@ -70,7 +65,7 @@ class UserSimActor:
                                              **self.sampling)
         except Exception as exc:
             if self.engine.is_dead():
-                raise SimulatorEngineDead(f"{self.name}: engine is dead ({type(exc).__name__})") from None
+                raise EngineDeadError(f"{self.name}: engine is dead ({type(exc).__name__})") from None
             raise
         parsed = parse_user_output(gen.text, self.scenario.schema, req.current_state)
         error = parsed.error
@@ -103,59 +98,22 @@ class UserSimActor:
 class UserSimPool(StickyRouter):
     """Routes each user turn to the least-loaded live engine and keeps a dialogue on one engine while
     it lives. If an engine dies, the turn is retried on another engine (the dialogue's state lives in
-    the driver, so nothing is lost) and, given a `restart` function, a replacement starts in the dead
+    the driver, so nothing is lost) and, given a `restart_fn`, a replacement starts in the dead
     engine's bundle; with no live engine left, turns wait for it. Losses and restarts are counted."""
     role = "user simulator"
 
-    def __init__(self, actors: dict[str, Any], restart: Optional[Callable[[str], Awaitable[tuple]]] = None,
-                 max_restarts: int = 3):
-        super().__init__(actors)
+    def __init__(self, actors: dict[str, Any], restart_fn: Optional[Callable[[str], Awaitable[tuple]]] = None,
+                 max_restarts: int = 3, request_timeout_s: Optional[float] = None):
+        super().__init__(actors, restart_fn, max_restarts, request_timeout_s)
         self.retried_turns = 0
-        self.restart_fn, self.max_restarts = restart, max_restarts
-        self.restarts: dict[str, int] = {}
-        self.restarting: dict[str, asyncio.Task] = {}
 
     async def respond(self, req: UserRequest) -> UserTurnOutput:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
         while True:
-            if not self.alive and self.restarting:   # every engine is down: wait for a replacement
-                await asyncio.wait(list(self.restarting.values()))
-            name = self.pick(req.dialogue_id)
-            self.in_flight[name] += 1
+            name = await self.pick_live(req.dialogue_id)
             try:
-                return await self.actors[name].respond.remote(req)
-            except (RayActorError, ActorDiedError, ActorUnavailableError, SimulatorEngineDead) as exc:
-                if name not in self.dead:
-                    self.dead[name] = type(exc).__name__
-                    log.warning("user simulator %s died (%s); %d engine(s) left, retrying its turns elsewhere",
-                                name, type(exc).__name__, len(self.alive))
-                    self._restart(name)
+                return await self.request(name, "respond", req)
+            except actor_death_errors():
                 self.retried_turns += 1
-            finally:
-                self.in_flight[name] -= 1
-
-    def _restart(self, name: str) -> None:
-        if self.restart_fn is None or name in self.restarting or self.restarts.get(name, 0) >= self.max_restarts:
-            return
-
-        async def replace() -> None:
-            try:
-                actor, info = await self.restart_fn(name)
-            except Exception as exc:   # the pool goes on with the engines it has
-                log.warning("user simulator %s could not be restarted: %r", name, exc)
-                return
-            finally:
-                self.restarting.pop(name, None)
-            self.restarts[name] = self.restarts.get(name, 0) + 1
-            self.actors[name], self.info[name], self.in_flight[name] = actor, info, 0
-            self.dead.pop(name, None)
-            log.info("user simulator %s restarted in its bundle (restart %d)", name, self.restarts[name])
-        self.restarting[name] = asyncio.ensure_future(replace())
-
-    async def settle(self) -> None:
-        """Wait for the restarts under way (before the pool is reported or shut down)."""
-        while self.restarting:
-            await asyncio.wait(list(self.restarting.values()))
 
     def report(self) -> dict:
         return {"engines": len(self.actors), "alive": len(self.alive), "dead": dict(self.dead),

@@ -122,6 +122,7 @@ class VLLMEngine:
         self.started_s = 0.0
         self._requests = 0
         self.in_flight = 0
+        self.weight_transfer_ready = False
         self.gauges = None
         if spec.metrics_tags is not None:
             from actors.gauges import RayGauges
@@ -203,7 +204,10 @@ class VLLMEngine:
     # vLLM's RL weight-transfer API (backend set by EngineSpec.weight_transfer_backend at start)
     async def init_weight_transfer(self, init_info: dict) -> None:
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+        if self.weight_transfer_ready:   # a new group with the trainer (an engine of the pool was replaced)
+            await self.engine.shutdown_weight_transfer_engine()
         await self.engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+        self.weight_transfer_ready = True
 
     async def start_weight_update(self) -> None:
         await self.engine.start_weight_update()

@@ -51,6 +51,7 @@ class WeightSource(Protocol):
 
 class WeightTransport(Protocol):
     def send(self, source: WeightSource, version: int) -> Optional[SyncResult]: ...
+    def close(self) -> None: ...
 
 
 def _shm_dir() -> str:
@@ -114,11 +115,37 @@ def _nbytes(tensors: Iterable[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+class GatheredWeights:
+    """The model's parameters in HF naming for weight sync and checkpoints: `metadata()` without
+    gathering; iterating gathers one parameter at a time on every rank (a collective under ZeRO-3) and
+    yields the full tensor on rank 0 (valid until the next one), None elsewhere."""
+
+    def __init__(self, module: Any, zero_stage: int, rank: int):
+        self.module, self.zero_stage, self.rank = module, zero_stage, rank
+
+    def metadata(self) -> list:
+        from vllm.distributed.weight_transfer.base import ParamMeta
+        return [ParamMeta(name, p.dtype, tuple(p.ds_shape if self.zero_stage == 3 else p.shape))
+                for name, p in self.module.named_parameters()]
+
+    def __iter__(self):
+        import deepspeed
+        for name, param in self.module.named_parameters():
+            if self.zero_stage == 3:
+                with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+                    yield name, param.data if self.rank == 0 else None
+            else:
+                yield name, param.data if self.rank == 0 else None
+
+
 class _FileTransport:
     """Base of `shm` and `object_store`: rank 0 publishes a handle, every engine applies it."""
 
     def __init__(self, agents: list, rank: int, bucket_mb: int, workers_per_engine: int = 1):
         self.agents, self.rank, self.bucket_mb = agents, rank, bucket_mb
+
+    def close(self) -> None:
+        """Nothing is held between versions."""
 
     def publish(self, pairs: Iterable[tuple[str, Any]], version: int) -> WeightHandle:
         raise NotImplementedError
@@ -284,6 +311,13 @@ class VllmApiTransport:
         nbytes = sum(_numel(m.shape) * _element_size(m.dtype) for m in source.metadata())
         # gathering and sending are one stream here: no separate publish time
         return SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0)
+
+
+    def close(self) -> None:
+        """Release the trainer side of the group (the engines re-initialise theirs on the next send)."""
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
 
 
 class _Relay:

@@ -91,8 +91,8 @@ def trainer_logprobs(module, ids: list[int]) -> list[float]:
 async def main(args) -> dict:
     import torch
 
-    from actors.trainer import GatheredWeights
     from actors.vllm_engine import EngineSpec, VLLMEngine
+    from actors.weight_sync import GatheredWeights
 
     assert torch.cuda.is_available(), "this check needs a CUDA device"
     out: dict = {"device": torch.cuda.get_device_name(0)}

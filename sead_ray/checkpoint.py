@@ -23,6 +23,10 @@ from .jsonl import write_json, write_jsonl
 log = logging.getLogger(__name__)
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (its partial folder is removed; `latest` is unchanged)."""
+
+
 @dataclass
 class TrainState:
     """What a checkpoint holds besides the weights to continue exactly."""
@@ -73,8 +77,17 @@ def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: T
     new folder, then all but the newest `keep` checkpoints go (0 keeps every one)."""
     directory = checkpoints_dir(run_dir) / f"iter_{state.iteration:04d}"
     t0 = time.perf_counter()
-    save_weights(directory)
-    write_json(directory / "state.json", asdict(state))
+    try:
+        save_weights(directory)
+        write_json(directory / "state.json", asdict(state))
+    except Exception as exc:   # e.g. a full disk: give the space of the partial folder back, keep `latest`
+        shutil.rmtree(directory, ignore_errors=True)
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        free_mb = shutil.disk_usage(checkpoints_dir(run_dir)).free / 2**20
+        previous = latest_checkpoint(run_dir)
+        raise CheckpointError(f"the checkpoint of iteration {state.iteration} could not be written to {directory} "
+                              f"({reason}; {free_mb:.0f} MiB free there); the last complete checkpoint is "
+                              f"{previous or 'none'}: `--resume` continues from it") from exc
     tmp = checkpoints_dir(run_dir) / ".latest.tmp"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()

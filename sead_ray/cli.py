@@ -327,9 +327,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as exc:
         from placement import PlacementError
 
+        from .checkpoint import CheckpointError
         from .models import ModelError
         from .trainer_protocol import TrainerError
-        if isinstance(exc, (ModelError, PlacementError, TrainerError)):
+        if isinstance(exc, (ModelError, PlacementError, TrainerError, CheckpointError)):
             print(f"sead-ray: error: {exc}", file=sys.stderr)
             return 1
         raise

@@ -139,6 +139,8 @@ class EngineConfig:
     # CPU engines pin their OpenMP threads; vLLM's `auto` puts every engine on core 0, so `spread`
     # gives engine i core i mod (cores of its node); `nobind` leaves threads unpinned.
     cpu_bind: Literal["spread", "auto", "nobind"] = _f("spread")
+    request_timeout_s: float = _f(600.0, 1.0, 86400.0, "an agent or simulator turn taking longer counts its engine "
+                                  "as hung: the engine is replaced and the call played again")
 
 
 @dataclass
@@ -146,6 +148,8 @@ class RayConfig:
     address: str = _f("", doc="Ray cluster address; empty = $RAY_ADDRESS or a new local cluster")
     num_cpus: int = _f(0, 0, 1 << 16, "CPUs of a new local cluster (0 = all cores)")
     dashboard: bool = _f(True, doc="start the Ray dashboard with a new local cluster")
+    call_timeout_s: float = _f(300.0, 1.0, 86400.0, "a call to the profile controller or the stats actor taking "
+                               "longer fails the run (after a checkpoint of the last completed iteration)")
 
 
 @dataclass
@@ -188,6 +192,8 @@ class WeightSyncConfig:
 class AgentConfig:
     engines: int = _f(1, 1, 1024, "agent engines; each dialogue sticks to one, every one gets each weight version")
     tensor_parallel_size: int = _f(1, 1, 64, "GPUs per agent engine")
+    max_restarts: int = _f(3, 0, 1000, "restarts of each engine that dies (in its bundle, given the current "
+                           "policy before it serves; its calls are played again)")
 
 
 @dataclass

@@ -55,7 +55,7 @@ def held_out_profiles(cfg: SeadConfig, scenario: Scenario, run_dir: Path) -> lis
 
 async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: bool = False) -> dict:
     """Run (or continue) the self-evolution loop in `run_dir`; returns a summary of the run."""
-    from actors.system import TrainingSystem
+    from actors.training_system import TrainingSystem
 
     # Absolute: Ray Train runs its workers in a directory of its own, where a relative path would
     # silently put the checkpoints.

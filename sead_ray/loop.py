@@ -37,7 +37,7 @@ class StopRequested(Exception):
 
 
 class LoopSystem(Protocol):
-    """The running roles, as the loop sees them (actors.system.TrainingSystem on Ray)."""
+    """The running roles, as the loop sees them (actors.training_system.TrainingSystem on Ray)."""
     user_engines: int
 
     def endpoints(self) -> RolloutEndpoints: ...

@@ -77,6 +77,7 @@ class SyncRequest:
     transport: str
     bucket_mb: int
     workers_per_engine: int = 1   # the agent engines' tensor-parallel size
+    agents: Optional[list] = None  # a changed list of agent engines (one was restarted): the transport is rebuilt
 
 
 @dataclass
@@ -109,6 +110,7 @@ class WorkerReady:
     zero_stage: int
     local_params: int             # parameter elements this rank holds (ZeRO-3 partitions them)
     total_params: int
+    pid: int = 0                  # the worker's process (fault-injection tests kill it)
 
 
 @dataclass

@@ -72,7 +72,7 @@ def test_a_call_in_error_is_replayed_with_its_seed(scenario, smollm_tokenizer):
 
 
 class FakeLoopSystem:
-    """Test double of actors.system.TrainingSystem: the controller for real, everything else records."""
+    """Test double of actors.training_system.TrainingSystem: the controller for real, everything else records."""
 
     def __init__(self, cfg, scenario, endpoints):
         self.controller = ProfileController(scenario, cfg.curriculum, cfg.seed)

@@ -1,0 +1,177 @@
+"""TrainingSystem: what the self-evolution loop drives on Ray (sead_ray.loop.LoopSystem): the rollout
+roles of actors.system, the profile controller and the trainer, behind plain async methods; and
+the replacement of the roles that die during a run."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Optional
+
+import ray
+
+from actors.profile_controller import ProfileControllerActor
+from actors.routing import actor_death_errors
+from actors.system import (
+    RolloutRoles,
+    rescale_user_pool,
+    shutdown_rollout_roles,
+    start_rollout_roles,
+    unshared_run_dir_nodes,
+)
+from placement import actor_options
+from sead_ray.config import ConfigError, SeadConfig
+from sead_ray.models import resolve_model
+from sead_ray.profiles import Profile
+from sead_ray.rollout import RolloutEndpoints
+from sead_ray.scenario import Scenario
+from sead_ray.state import State
+from sead_ray.trainer_protocol import Sample, StepMetrics, SyncResult, TrainerError
+
+log = logging.getLogger(__name__)
+
+
+class TrainingSystem:
+    """What the self-evolution loop drives: the rollout roles, the controller, the stats and the
+    trainer, behind plain async methods (sead_ray.loop.LoopSystem). Roles that die are replaced here:
+    an agent engine gets the trainer's current weights before it serves (`push_policy`), the profile
+    controller continues from the state its last call returned."""
+
+    def __init__(self, roles: RolloutRoles, trainer: Any):
+        self.roles, self.trainer = roles, trainer
+        self.weights_version = 0          # the policy version of the trainer's weights
+        self.last_controller_state: dict = {}  # the controller's state after its last call
+        roles.load_policy = self.push_policy
+
+    @classmethod
+    async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path,
+                    first_iteration: int = 1) -> TrainingSystem:
+        from actors.trainer import TrainerGroup
+        from actors.weight_sync import transport_placement_problem
+        problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")])
+        if problem:
+            raise ConfigError(problem)
+        blind = unshared_run_dir_nodes(run_dir)
+        if blind:
+            raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
+                              "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
+        roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
+                                          trainer_workers=cfg.trainer.num_workers, first_iteration=first_iteration)
+        system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir,
+                                         agents=list(roles.agents.actors.values())))
+        try:
+            system.last_controller_state = await system._call_controller("state_dict")
+            system.trainer.start()
+        except BaseException:
+            await system.stop()
+            raise
+        return system
+
+    def endpoints(self) -> RolloutEndpoints:
+        return self.roles.endpoints()
+
+    @property
+    def user_engines(self) -> int:
+        return len(self.roles.users.alive)
+
+    async def rescale(self) -> Optional[dict]:
+        return await rescale_user_pool(self.roles)
+
+    # -- the profile controller, replaced from its last state if it dies
+
+    async def _call_controller(self, method: str, *args) -> Any:
+        timeout = self.roles.cfg.ray.call_timeout_s
+        try:
+            return await asyncio.wait_for(getattr(self.roles.controller, method).remote(*args), timeout)
+        except actor_death_errors() as exc:
+            log.warning("the profile controller died (%s): a new one continues from the state of its last call",
+                        type(exc).__name__)
+        ray.kill(self.roles.controller, no_restart=True)
+        self.roles.controller = ProfileControllerActor.options(
+            **actor_options(self.roles.plan, "controller", 0)).remote(self.roles.cfg)
+        await asyncio.wait_for(self.roles.controller.load_state_dict.remote(self.last_controller_state), timeout)
+        self.roles.restarts["controller"] = self.roles.restarts.get("controller", 0) + 1
+        return await asyncio.wait_for(getattr(self.roles.controller, method).remote(*args), timeout)
+
+    async def sample_profiles(self, n: int) -> list[Profile]:
+        profiles, self.last_controller_state = await self._call_controller("sample", n)
+        return profiles
+
+    async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict:
+        snapshot, self.last_controller_state = await self._call_controller("update", list(outcomes))
+        return snapshot
+
+    async def controller_state(self) -> dict:
+        return self.last_controller_state
+
+    async def restore(self, checkpoint: Path, controller_state: dict, policy_version: int) -> None:
+        """A resumed run: the controller's state, the optimizer's, and the version the engines serve."""
+        await self._call_controller("load_state_dict", controller_state)
+        self.last_controller_state = controller_state
+        await self.roles.agents.set_version(policy_version)
+        self.weights_version = policy_version
+        await asyncio.to_thread(self.trainer.load, checkpoint)
+
+    # -- the trainer (its calls block: run in a thread, so the rollout's restarts and gauges go on)
+
+    async def grpo_step(self, samples: list[Sample]) -> StepMetrics:
+        """One GRPO update. Colocated (`placement.colocate`): the engines sleep while the trainer steps and
+        wake before the new weights arrive (vLLM cannot load weights into a sleeping engine)."""
+        await self.roles.agents.settle()   # a replacement's weights are pushed before the step changes them
+        if not self.roles.cfg.placement.colocate:
+            metrics = await asyncio.to_thread(self.trainer.step, samples)
+        else:
+            await asyncio.gather(self.roles.agents.call_alive("sleep"), self.roles.users.call_alive("sleep"))
+            try:
+                metrics = await asyncio.to_thread(self.trainer.step, samples)
+            finally:
+                await asyncio.gather(self.roles.agents.call_alive("wake_up"), self.roles.users.call_alive("wake_up"))
+        self.weights_version += 1
+        return metrics
+
+    async def broadcast_weights(self, version: int) -> SyncResult:
+        """The new weights to every agent engine. An engine that died meanwhile is replaced (and given this
+        version by `push_policy`) and the sync is done again for the new list of engines."""
+        agents = self.roles.agents
+        await agents.settle()
+        try:
+            return await asyncio.to_thread(self.trainer.sync_weights, version, self._changed_agents())
+        except TrainerError as exc:
+            if not await agents.probe():
+                raise
+            log.warning("weight sync v%d failed on a dead agent engine: replacing it and syncing again (%s)", version,
+                        str(exc).splitlines()[0])
+        await agents.settle()
+        return await asyncio.to_thread(self.trainer.sync_weights, version, self._changed_agents())
+
+    def _changed_agents(self) -> Optional[list]:
+        """The live agent engines when they differ from those of the trainer's last sync, else None."""
+        live = [self.roles.agents.actors[n] for n in self.roles.agents.alive]
+        return None if live == self.trainer.agents else live
+
+    async def push_policy(self, engine: Any) -> SyncResult:
+        """A replacement agent engine: the trainer's current weights to it and to the other live engines."""
+        live = [self.roles.agents.actors[n] for n in self.roles.agents.alive]
+        result = await asyncio.to_thread(self.trainer.sync_weights, self.weights_version, [*live, engine])
+        log.info("replacement agent engine serves policy v%d (%.1f s)", self.weights_version, result.total_s)
+        return result
+
+    def save_weights(self, directory: Path) -> float:
+        return self.trainer.save(directory)
+
+    async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
+                               curriculum: Optional[dict] = None) -> dict:
+        timeout = self.roles.cfg.ray.call_timeout_s
+        row = await asyncio.wait_for(self.roles.stats.record_iteration.remote(iteration, phase, records, extra,
+                                                                              curriculum), timeout)
+        await asyncio.wait_for(self.roles.stats.record_roles.remote(self.roles.health()), timeout)
+        return row
+
+    async def stop(self) -> None:
+        t_stop = time.perf_counter()
+        await asyncio.to_thread(self.trainer.stop)
+        t_engines = time.perf_counter()
+        await shutdown_rollout_roles(self.roles)
+        log.info("shut down: trainer %.0f s, engines %.0f s", t_engines - t_stop, time.perf_counter() - t_engines)
