@@ -155,7 +155,7 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     t0 = time.perf_counter()
     log.info("starting %d engine(s): agent %s x %d; user simulator %s x %d", n_agent + (n_user if user_path else 0),
              agent_model, n_agent, cfg.models.user if user_path else "rule", n_user)
-    started = await asyncio.gather(*(a.start.remote() for a in agents), *(u.start.remote() for _, u in users))
+    started = await asyncio.gather(*(start_engine(cfg, a) for a in agents), *(start_engine(cfg, u) for _, u in users))
     log.info("engines ready in %.0f s", time.perf_counter() - t0)
     for index, (actor, info) in enumerate(zip(agents, started[:n_agent])):
         roles.agents.add(f"agent-{index}", actor, {**info, "placement_index": index})
@@ -180,6 +180,15 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     return roles
 
 
+async def start_engine(cfg: SeadConfig, actor: Any) -> dict:
+    """An engine actor's start-up (model load, KV cache), bounded by `engine.start_timeout_s`."""
+    try:
+        return await asyncio.wait_for(actor.start.remote(), cfg.engine.start_timeout_s)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"an engine did not start within engine.start_timeout_s = {cfg.engine.start_timeout_s:.0f} s "
+                           "(a model load that hangs, or no memory for its KV cache)") from None
+
+
 def launch_agent(roles: RolloutRoles, index: int) -> Any:
     """Create (not yet start) the agent engine actor in bundle `index` of the agent_policy role."""
     spec = roles.engine_spec("agent_policy", roles.agent_path, roles.cfg.seed + 1000 * index,
@@ -193,7 +202,7 @@ async def restart_agent(roles: RolloutRoles, name: str) -> tuple[Any, dict]:
     index = roles.agents.info[name]["placement_index"]
     ray.kill(roles.agents.actors[name], no_restart=True)
     actor = launch_agent(roles, index)
-    info = await actor.start.remote()
+    info = await start_engine(roles.cfg, actor)
     if roles.load_policy is not None:
         await roles.load_policy(actor)
     roles.restarts["agent"] += 1
@@ -219,7 +228,7 @@ async def restart_user_sim(roles: RolloutRoles, name: str) -> tuple[Any, dict]:
     index = roles.users.info[name]["placement_index"]
     ray.kill(roles.users.actors[name], no_restart=True)   # dead already, or alive with a dead engine
     _, actor = launch_user_sim(roles, index)
-    info = await actor.start.remote()
+    info = await start_engine(roles.cfg, actor)
     roles.restarts["user_sim"] += 1
     return actor, {**info, "placement_index": index}
 
@@ -263,7 +272,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
             break
         name, actor = launch_user_sim(roles, index)
         try:
-            info = await actor.start.remote()
+            info = await start_engine(roles.cfg, actor)
         except Exception as exc:
             log.warning("user simulator %s failed to start (%s); keeping %d engine(s)", name, exc, len(pool.actors))
             ray.kill(actor, no_restart=True)

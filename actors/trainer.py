@@ -259,7 +259,10 @@ def train_loop_per_worker(config: dict) -> None:
         try:
             result = handlers[type(request)](request, shard)
         except Exception:
-            result = WorkerFailure(rank, traceback.format_exc())
+            # The driver gets the traceback at once; then this rank ends the training run, so that Ray Train
+            # tears down the ranks left waiting in a collective instead of leaving them hung.
+            ray.get(mailbox.post_result.remote(seq, rank, WorkerFailure(rank, traceback.format_exc())))
+            raise
         ray.get(mailbox.post_result.remote(seq, rank, result))
         if isinstance(request, StopRequest):
             return
@@ -373,8 +376,8 @@ class TrainerGroup:
         return self._request(LogprobsRequest(), [token_ids] * self.world)[0]
 
     def stop(self, timeout_s: float = 120) -> None:
-        if self.mailbox is None:
-            return
+        if self.mailbox is None or (self.thread is not None and not self.thread.is_alive()):
+            return   # never started, or the training run already ended (a rank failed)
         try:
             self._request(StopRequest(), timeout_s=timeout_s)
         except Exception as exc:

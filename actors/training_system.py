@@ -33,6 +33,14 @@ from sead_ray.trainer_protocol import Sample, StepMetrics, SyncResult, TrainerEr
 log = logging.getLogger(__name__)
 
 
+async def answer_within(ref: Any, timeout_s: float, what: str) -> Any:
+    """Await an actor call for at most `timeout_s` (`ray.call_timeout_s`), with a message that says which."""
+    try:
+        return await asyncio.wait_for(ref, timeout_s)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"{what} did not answer within ray.call_timeout_s = {timeout_s:.0f} s") from None
+
+
 class TrainingSystem:
     """What the self-evolution loop drives: the rollout roles, the controller, the stats and the
     trainer, behind plain async methods (sead_ray.loop.LoopSystem). Roles that die are replaced here:
@@ -84,16 +92,19 @@ class TrainingSystem:
     async def _call_controller(self, method: str, *args) -> Any:
         timeout = self.roles.cfg.ray.call_timeout_s
         try:
-            return await asyncio.wait_for(getattr(self.roles.controller, method).remote(*args), timeout)
+            return await answer_within(getattr(self.roles.controller, method).remote(*args), timeout,
+                                       "the profile controller")
         except actor_death_errors() as exc:
             log.warning("the profile controller died (%s): a new one continues from the state of its last call",
                         type(exc).__name__)
         ray.kill(self.roles.controller, no_restart=True)
         self.roles.controller = ProfileControllerActor.options(
             **actor_options(self.roles.plan, "controller", 0)).remote(self.roles.cfg)
-        await asyncio.wait_for(self.roles.controller.load_state_dict.remote(self.last_controller_state), timeout)
+        await answer_within(self.roles.controller.load_state_dict.remote(self.last_controller_state), timeout,
+                            "the replacement profile controller")
         self.roles.restarts["controller"] = self.roles.restarts.get("controller", 0) + 1
-        return await asyncio.wait_for(getattr(self.roles.controller, method).remote(*args), timeout)
+        return await answer_within(getattr(self.roles.controller, method).remote(*args), timeout,
+                                   "the replacement profile controller")
 
     async def sample_profiles(self, n: int) -> list[Profile]:
         profiles, self.last_controller_state = await self._call_controller("sample", n)
@@ -164,9 +175,9 @@ class TrainingSystem:
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict:
         timeout = self.roles.cfg.ray.call_timeout_s
-        row = await asyncio.wait_for(self.roles.stats.record_iteration.remote(iteration, phase, records, extra,
-                                                                              curriculum), timeout)
-        await asyncio.wait_for(self.roles.stats.record_roles.remote(self.roles.health()), timeout)
+        row = await answer_within(self.roles.stats.record_iteration.remote(iteration, phase, records, extra, curriculum),
+                                  timeout, "the stats actor")
+        await answer_within(self.roles.stats.record_roles.remote(self.roles.health()), timeout, "the stats actor")
         return row
 
     async def stop(self) -> None:

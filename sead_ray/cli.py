@@ -330,7 +330,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .checkpoint import CheckpointError
         from .models import ModelError
         from .trainer_protocol import TrainerError
-        if isinstance(exc, (ModelError, PlacementError, TrainerError, CheckpointError)):
+        # faults the run reports in words (TimeoutError: a role that stopped answering)
+        if isinstance(exc, (ModelError, PlacementError, TrainerError, CheckpointError, TimeoutError)):
             print(f"sead-ray: error: {exc}", file=sys.stderr)
             return 1
         raise

@@ -139,6 +139,7 @@ class EngineConfig:
     # CPU engines pin their OpenMP threads; vLLM's `auto` puts every engine on core 0, so `spread`
     # gives engine i core i mod (cores of its node); `nobind` leaves threads unpinned.
     cpu_bind: Literal["spread", "auto", "nobind"] = _f("spread")
+    start_timeout_s: float = _f(1800.0, 1.0, 86400.0, "an engine start-up (model load, KV cache) taking longer fails")
     request_timeout_s: float = _f(600.0, 1.0, 86400.0, "an agent or simulator turn taking longer counts its engine "
                                   "as hung: the engine is replaced and the call played again")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from .checkpoint import TrainState, save_checkpoint
+from .checkpoint import CheckpointError, TrainState, save_checkpoint
 from .config import SeadConfig
 from .dialogue import Trajectory
 from .grpo import compute_advantages, trajectory_reward
@@ -27,7 +27,7 @@ from .profiles import Profile
 from .rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
 from .scenario import Scenario
 from .state import State
-from .trainer_protocol import Sample, StepMetrics, SyncResult
+from .trainer_protocol import Sample, StepMetrics, SyncResult, TrainerError
 
 log = logging.getLogger(__name__)
 
@@ -178,10 +178,14 @@ class SelfEvolutionLoop:
         except (StopRequested, asyncio.CancelledError):
             self.save()
             return True
-        except Exception:   # not KeyboardInterrupt: a second Ctrl-C means leave now
+        except Exception as failure:   # not KeyboardInterrupt: a second Ctrl-C means leave now
             if self.weights_ahead:   # the weights no longer match the last completed iteration
                 log.error("the failure came after a GRPO step of an unfinished iteration: no checkpoint written; "
                           "resume from the last one (iteration %d)", self.saved_iteration)
+                raise
+            if isinstance(failure, (TrainerError, CheckpointError)):   # saving needs the trainer that just failed
+                log.error("the trainer or its checkpoint failed: no checkpoint written; resume from the last one "
+                          "(iteration %d)", self.saved_iteration)
                 raise
             try:
                 self.save()

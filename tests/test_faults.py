@@ -155,7 +155,8 @@ def test_a_disk_that_fills_during_a_checkpoint_keeps_the_previous_one(ray_cluste
                 await injector
         with pytest.raises(CheckpointError) as failure:
             asyncio.run(failing_run())
-        assert "iteration 2" in str(failure.value) and "iter_0001" in str(failure.value), failure.value
+        message = str(failure.value)
+        assert "iteration 2" in message and "iter_0001" in message and "No space left" in message, message
         assert (checkpoints / "latest").resolve().name == "iter_0001", "the last complete checkpoint is lost"
         assert not (checkpoints / "iter_0002").exists(), "the partial checkpoint still holds the disk's space"
 

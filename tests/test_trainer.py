@@ -98,3 +98,25 @@ def test_a_failing_rank_reaches_the_driver_while_the_others_still_wait(ray_clust
     ray.get(mailbox.post_result.remote(5, 1, WorkerFailure(1, "Traceback ...\nRuntimeError: boom")))
     results = ray.get(waiting, timeout=10)
     assert results[0] is None and isinstance(results[1], WorkerFailure) and "boom" in results[1].traceback
+
+
+def test_a_rank_that_raises_ends_the_trainer_with_its_traceback(system):
+    """Last in this module (the trainer does not survive it): one rank's shard holds a token id outside the
+    vocabulary, so that rank raises in its forward pass while the other one computes its own. The driver
+    gets that rank's traceback, and Ray Train tears the worker group down instead of leaving a rank hung
+    in a collective."""
+    import time
+
+    from sead_ray.trainer_protocol import Sample, TrainerError
+    _, _, trainer, _ = system
+    good = Sample([1, 2, 3, 4, 5, 6], [0, 0, 0, 1, 1, 1], [0.0] * 6, 1.0)
+    poisoned = Sample([1, 2, 3, 10**7, 5, 6], [0, 0, 0, 1, 1, 1], [0.0] * 6, -1.0)
+    t0 = time.perf_counter()
+    with pytest.raises(TrainerError) as failure:
+        trainer.step([good, poisoned])
+    print(f"rank failure reached the driver in {time.perf_counter() - t0:.1f} s")
+    assert "training rank" in str(failure.value) and "index" in str(failure.value).lower(), failure.value
+    trainer.thread.join(timeout=120)
+    assert not trainer.thread.is_alive(), "the other rank was left waiting in its collective"
+    with pytest.raises(TrainerError, match="stopped"):
+        trainer.sync_weights(99)
