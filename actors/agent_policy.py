@@ -2,7 +2,6 @@
 logprobs and the policy version that produced them, and takes new weights from the trainer."""
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from typing import Optional
@@ -142,7 +141,4 @@ class AgentPool(StickyRouter):
                        **kwargs) -> AgentTurnOutput:
         name = await self.pick_live(dialogue_id)   # (engines take token ids; `messages` are for endpoints)
         return await self.request(name, "generate", prompt_ids, **kwargs)
-
-    async def set_version(self, version: int) -> None:
-        await asyncio.gather(*(actor.set_version.remote(version) for actor in self.actors.values()))
 

@@ -99,6 +99,7 @@ class RolloutRoles:
     restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user_sim": 0})
     # given the new engine of a restart, brings it to the policy being trained (None: the model on disk is it)
     load_policy: Optional[Callable[[Any], Awaitable[Any]]] = None
+    load_user_policy: Optional[Callable[[Any], Awaitable[Any]]] = None   # the same for a trained simulator
 
     def engine_spec(self, role: str, model_path: str, seed: int, bind: str, name: str):
         spec = engine_spec_from_config(self.cfg, role, model_path, seed, bind)
@@ -129,7 +130,8 @@ def _engine_bind(cfg: SeadConfig, index: int) -> str:
 
 async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Optional[Path] = None,
                               *, with_controller: bool = False, with_stats: bool = True,
-                              trainer_workers: int = 0, first_iteration: int = 1) -> RolloutRoles:
+                              trainer_workers: int = 0, first_iteration: int = 1,
+                              user_model: Optional[str] = None) -> RolloutRoles:
     """Placement groups, then the actors: agent engine, user simulator pool, stats, controller. With
     `trainer_workers`, the cluster must also hold the trainer (placed later by Ray Train): checked
     here, before any engine starts."""
@@ -137,7 +139,8 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
 
     endpoint = endpoint_ref(agent_model)   # openai:MODEL@URL: no agent engine here
     agent_path = "" if endpoint else str(resolve_model(agent_model))
-    user_path = str(resolve_model(cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
+    # `user_model`: a resumed run whose simulator is trained too (its checkpoint's user/hf)
+    user_path = str(resolve_model(user_model or cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
     n_agent, n_user = 0 if endpoint else cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
     counts = {"agent_policy": n_agent, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
               "trainer": trainer_workers}
@@ -219,7 +222,7 @@ def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
     actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user_sim", index)).remote(
         name, roles.scenario, cfg.user_sim.backend, cfg.dialogue.user.as_params(), spec=spec,
         rule={"accept_phrase": cfg.user_sim.rule.accept_phrase, "patience": cfg.user_sim.rule.patience},
-        reply_max_chars=cfg.dialogue.user_reply_max_chars)
+        reply_max_chars=cfg.dialogue.user_reply_max_chars, trained=cfg.user_sim.train)
     return name, actor
 
 
@@ -229,6 +232,8 @@ async def restart_user_sim(roles: RolloutRoles, name: str) -> tuple[Any, dict]:
     ray.kill(roles.users.actors[name], no_restart=True)   # dead already, or alive with a dead engine
     _, actor = launch_user_sim(roles, index)
     info = await start_engine(roles.cfg, actor)
+    if roles.load_user_policy is not None:
+        await roles.load_user_policy(actor)
     roles.restarts["user_sim"] += 1
     return actor, {**info, "placement_index": index}
 

@@ -276,9 +276,9 @@ def train_loop_per_worker(config: dict) -> None:
 class TrainerGroup:
     """Driver-side handle: start the TorchTrainer once, then send it GRPO steps and sync requests."""
 
-    def __init__(self, cfg: Any, model_path: str, run_dir: Path, agents: Sequence[Any] = ()):
-        self.cfg = cfg
-        self.settings = TrainerSettings.from_config(cfg, model_path)
+    def __init__(self, cfg: Any, model_path: str, run_dir: Path, agents: Sequence[Any] = (), role: str = "agent"):
+        self.cfg, self.role = cfg, role   # role `user`: the simulator's trainer (user_sim.train)
+        self.settings = TrainerSettings.from_config(cfg, model_path, role)
         self.run_dir = Path(run_dir).resolve()
         self.agents = list(agents)       # the agent engines every weight version goes to
         self.world = cfg.trainer.num_workers
@@ -307,7 +307,8 @@ class TrainerGroup:
                                          resources_per_worker=worker_resources(cfg.placement.trainer),
                                          placement_strategy=cfg.placement.strategy),
             torch_config=TorchConfig(backend=backend),
-            run_config=RunConfig(name="trainer", storage_path=str((self.run_dir / "ray_train").resolve())),
+            run_config=RunConfig(name="trainer" if self.role == "agent" else "user_trainer",
+                                 storage_path=str((self.run_dir / "ray_train").resolve())),
         )
 
         def fit():
@@ -318,7 +319,8 @@ class TrainerGroup:
         self.thread = threading.Thread(target=fit, name="sead-trainer-fit", daemon=True)
         self.thread.start()
         self.ready = self._results(0, timeout_s)
-        log.info("trainer: %d ZeRO-%d workers ready (%s) in %.0f s", self.world, cfg.trainer.zero_stage, backend,
+        log.info("%s trainer: %d ZeRO-%d workers ready (%s) in %.0f s", self.role, self.world, cfg.trainer.zero_stage,
+                 backend,
                  time.perf_counter() - t0)
         return time.perf_counter() - t0
 

@@ -7,13 +7,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
 import ray
 
 from actors.profile_controller import ProfileControllerActor
-from actors.routing import actor_death_errors
+from actors.routing import StickyRouter, actor_death_errors
 from actors.system import (
     RolloutRoles,
     rescale_user_pool,
@@ -41,21 +43,33 @@ async def answer_within(ref: Any, timeout_s: float, what: str) -> Any:
         raise TimeoutError(f"{what} did not answer within ray.call_timeout_s = {timeout_s:.0f} s") from None
 
 
+@dataclass
+class TrainedRole:
+    """A role whose model is trained: its engine pool, its trainer group, the version of the trainer's weights."""
+    name: str                 # agent, or user (user_sim.train)
+    pool: StickyRouter
+    trainer: Any
+    version: int = 0
+
+
 class TrainingSystem:
     """What the self-evolution loop drives: the rollout roles, the controller, the stats and the
-    trainer, behind plain async methods (sead_ray.loop.LoopSystem). Roles that die are replaced here:
-    an agent engine gets the trainer's current weights before it serves (`push_policy`), the profile
-    controller continues from the state its last call returned."""
+    trainer(s), behind plain async methods (sead_ray.loop.LoopSystem). Roles that die are replaced here:
+    an engine of a trained role gets its trainer's current weights before it serves (`push_policy`), the
+    profile controller continues from the state its last call returned."""
 
-    def __init__(self, roles: RolloutRoles, trainer: Any):
+    def __init__(self, roles: RolloutRoles, trainer: Any, user_trainer: Any = None):
         self.roles, self.trainer = roles, trainer
-        self.weights_version = 0          # the policy version of the trainer's weights
+        self.trained = {"agent": TrainedRole("agent", roles.agents, trainer)}
+        roles.load_policy = partial(self.push_policy, role="agent")
+        if user_trainer is not None:
+            self.trained["user"] = TrainedRole("user", roles.users, user_trainer)
+            roles.load_user_policy = partial(self.push_policy, role="user")
         self.last_controller_state: dict = {}  # the controller's state after its last call
-        roles.load_policy = self.push_policy
 
     @classmethod
     async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path,
-                    first_iteration: int = 1) -> TrainingSystem:
+                    first_iteration: int = 1, user_model: Optional[str] = None) -> TrainingSystem:
         from actors.trainer import TrainerGroup
         from actors.weight_sync import transport_placement_problem
         problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")])
@@ -65,13 +79,18 @@ class TrainingSystem:
         if blind:
             raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
                               "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
+        groups = 2 if cfg.user_sim.train else 1
         roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
-                                          trainer_workers=cfg.trainer.num_workers, first_iteration=first_iteration)
+                                          trainer_workers=groups * cfg.trainer.num_workers,
+                                          first_iteration=first_iteration, user_model=user_model)
+        user_trainer = (TrainerGroup(cfg, roles.user_path, run_dir, agents=list(roles.users.actors.values()),
+                                     role="user") if cfg.user_sim.train else None)
         system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir,
-                                         agents=list(roles.agents.actors.values())))
+                                         agents=list(roles.agents.actors.values())), user_trainer)
         try:
             system.last_controller_state = await system._call_controller("state_dict")
-            system.trainer.start()
+            for role in system.trained.values():
+                role.trainer.start()
         except BaseException:
             await system.stop()
             raise
@@ -117,60 +136,69 @@ class TrainingSystem:
     async def controller_state(self) -> dict:
         return self.last_controller_state
 
-    async def restore(self, checkpoint: Path, controller_state: dict, policy_version: int) -> None:
-        """A resumed run: the controller's state, the optimizer's, and the version the engines serve."""
+    async def restore(self, checkpoint: Path, controller_state: dict, policy_version: int,
+                      user_policy_version: int = 0) -> None:
+        """A resumed run: the controller's state, the optimizers', and the versions the engines serve."""
         await self._call_controller("load_state_dict", controller_state)
         self.last_controller_state = controller_state
-        await self.roles.agents.set_version(policy_version)
-        self.weights_version = policy_version
-        await asyncio.to_thread(self.trainer.load, checkpoint)
+        for role, version in (("agent", policy_version), ("user", user_policy_version)):
+            if role in self.trained:
+                trained = self.trained[role]
+                await trained.pool.call_alive("set_version", version)
+                trained.version = version
+                await asyncio.to_thread(trained.trainer.load, checkpoint if role == "agent" else checkpoint / "user")
 
-    # -- the trainer (its calls block: run in a thread, so the rollout's restarts and gauges go on)
+    # -- the trainers (their calls block: run in a thread, so the rollout's restarts and gauges go on)
 
-    async def grpo_step(self, samples: list[Sample]) -> StepMetrics:
-        """One GRPO update. Colocated (`placement.colocate`): the engines sleep while the trainer steps and
-        wake before the new weights arrive (vLLM cannot load weights into a sleeping engine)."""
-        await self.roles.agents.settle()   # a replacement's weights are pushed before the step changes them
+    async def grpo_step(self, samples: list[Sample], role: str = "agent") -> StepMetrics:
+        """One GRPO update of `role`'s model. Colocated (`placement.colocate`): the engines sleep while the
+        trainer steps and wake before the new weights arrive (vLLM cannot load weights into a sleeping engine)."""
+        trained = self.trained[role]
+        await trained.pool.settle()   # a replacement's weights are pushed before the step changes them
         if not self.roles.cfg.placement.colocate:
-            metrics = await asyncio.to_thread(self.trainer.step, samples)
+            metrics = await asyncio.to_thread(trained.trainer.step, samples)
         else:
             await asyncio.gather(self.roles.agents.call_alive("sleep"), self.roles.users.call_alive("sleep"))
             try:
-                metrics = await asyncio.to_thread(self.trainer.step, samples)
+                metrics = await asyncio.to_thread(trained.trainer.step, samples)
             finally:
                 await asyncio.gather(self.roles.agents.call_alive("wake_up"), self.roles.users.call_alive("wake_up"))
-        self.weights_version += 1
+        trained.version += 1
         return metrics
 
-    async def broadcast_weights(self, version: int) -> SyncResult:
-        """The new weights to every agent engine. An engine that died meanwhile is replaced (and given this
-        version by `push_policy`) and the sync is done again for the new list of engines."""
-        agents = self.roles.agents
-        await agents.settle()
+    async def broadcast_weights(self, version: int, role: str = "agent") -> SyncResult:
+        """The new weights to every engine of `role`. An engine that died meanwhile is replaced (and given
+        this version by `push_policy`) and the sync is done again for the new list of engines."""
+        trained = self.trained[role]
+        await trained.pool.settle()
         try:
-            return await asyncio.to_thread(self.trainer.sync_weights, version, self._changed_agents())
+            return await asyncio.to_thread(trained.trainer.sync_weights, version, self._changed_engines(trained))
         except TrainerError as exc:
-            if not await agents.probe():
+            if not await trained.pool.probe():
                 raise
-            log.warning("weight sync v%d failed on a dead agent engine: replacing it and syncing again (%s)", version,
-                        str(exc).splitlines()[0])
-        await agents.settle()
-        return await asyncio.to_thread(self.trainer.sync_weights, version, self._changed_agents())
+            log.warning("weight sync v%d failed on a dead %s engine: replacing it and syncing again (%s)", version,
+                        role, str(exc).splitlines()[0])
+        await trained.pool.settle()
+        return await asyncio.to_thread(trained.trainer.sync_weights, version, self._changed_engines(trained))
 
-    def _changed_agents(self) -> Optional[list]:
-        """The live agent engines when they differ from those of the trainer's last sync, else None."""
-        live = [self.roles.agents.actors[n] for n in self.roles.agents.alive]
-        return None if live == self.trainer.agents else live
+    @staticmethod
+    def _changed_engines(trained: TrainedRole) -> Optional[list]:
+        """The live engines when they differ from those of the trainer's last sync, else None."""
+        live = [trained.pool.actors[n] for n in trained.pool.alive]
+        return None if live == trained.trainer.agents else live
 
-    async def push_policy(self, engine: Any) -> SyncResult:
-        """A replacement agent engine: the trainer's current weights to it and to the other live engines."""
-        live = [self.roles.agents.actors[n] for n in self.roles.agents.alive]
-        result = await asyncio.to_thread(self.trainer.sync_weights, self.weights_version, [*live, engine])
-        log.info("replacement agent engine serves policy v%d (%.1f s)", self.weights_version, result.total_s)
+    async def push_policy(self, engine: Any, role: str) -> SyncResult:
+        """A replacement engine of `role`: its trainer's current weights to it and to the other live engines."""
+        trained = self.trained[role]
+        live = [trained.pool.actors[n] for n in trained.pool.alive]
+        result = await asyncio.to_thread(trained.trainer.sync_weights, trained.version, [*live, engine])
+        log.info("replacement %s engine serves policy v%d (%.1f s)", role, trained.version, result.total_s)
         return result
 
     def save_weights(self, directory: Path) -> float:
-        return self.trainer.save(directory)
+        """Each trained model's checkpoint: the agent's in `directory`, the simulator's in `directory/user`."""
+        return sum(t.trainer.save(directory if name == "agent" else directory / "user")
+                   for name, t in self.trained.items())
 
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict:
@@ -182,7 +210,8 @@ class TrainingSystem:
 
     async def stop(self) -> None:
         t_stop = time.perf_counter()
-        await asyncio.to_thread(self.trainer.stop)
+        for trained in self.trained.values():
+            await asyncio.to_thread(trained.trainer.stop)
         t_engines = time.perf_counter()
         await shutdown_rollout_roles(self.roles)
         log.info("shut down: trainer %.0f s, engines %.0f s", t_engines - t_stop, time.perf_counter() - t_engines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
@@ -15,6 +16,7 @@ import ray
 
 from actors.routing import EngineDeadError, StickyRouter, actor_death_errors
 from actors.vllm_engine import EngineSpec, VLLMEngine
+from actors.weight_sync import WeightHandle, discard, materialize
 from sead_ray.dialogue import UserRequest, UserTurnOutput
 from sead_ray.prompts.user import parse_user_output, user_output_schema, user_prompt_ids
 from sead_ray.rule_user import RuleUserSimulator
@@ -26,8 +28,10 @@ log = logging.getLogger(__name__)
 @ray.remote
 class UserSimActor:
     def __init__(self, name: str, scenario: Scenario, backend: str, sampling: dict, *,
-                 spec: Optional[EngineSpec] = None, rule: Optional[dict] = None, reply_max_chars: int = 300):
+                 spec: Optional[EngineSpec] = None, rule: Optional[dict] = None, reply_max_chars: int = 300,
+                 trained: bool = False, version: int = 0):
         self.name = name
+        self.trained, self.version = trained, version   # user_sim.train: return token ids; take new weights
         self.scenario = scenario
         self.backend = backend
         self.sampling = sampling
@@ -71,8 +75,26 @@ class UserSimActor:
         error = parsed.error
         if gen.finish_reason == "length" and not parsed.ok:
             error = f"cut off at max_tokens ({error})"
-        return UserTurnOutput(parsed.reply, parsed.state, parsed.status, parsed.ok, raw=gen.text, error=error,
-                              engine=self.name)
+        out = UserTurnOutput(parsed.reply, parsed.state, parsed.status, parsed.ok, raw=gen.text, error=error,
+                             engine=self.name, policy_version=self.version)
+        if self.trained:
+            out.prompt_ids, out.token_ids, out.logprobs = list(prompt), list(gen.token_ids), list(gen.logprobs)
+        return out
+
+    async def apply_weights(self, handle: WeightHandle) -> dict:
+        """A new version of the simulator's weights (user_sim.train; shm or object_store transport)."""
+        t0 = time.perf_counter()
+        path, delete = materialize(handle)
+        try:
+            n = await self.engine.reload_weights_from_file(path)
+        finally:
+            if delete:
+                discard(path)
+        self.version = handle.version
+        return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": handle.version}
+
+    def set_version(self, version: int) -> None:
+        self.version = version
 
     async def sleep(self) -> None:
         if self.engine is not None:
@@ -88,7 +110,7 @@ class UserSimActor:
             await self.engine.reset_prefix_cache()
 
     def stats(self) -> dict:
-        return {"name": self.name, "turns": self.turns}
+        return {"name": self.name, "turns": self.turns, "version": self.version}
 
     def shutdown(self) -> None:
         if self.engine is not None:

@@ -33,10 +33,12 @@ class TrainState:
     iteration: int                 # last completed iteration
     controller: dict               # ProfileController.state_dict() after that iteration
     policy_version: int
+    user_policy_version: int = 0   # user_sim.train: the simulator's weights (in the checkpoint's user/)
 
     @classmethod
     def from_json(cls, data: dict) -> TrainState:
-        return cls(int(data["iteration"]), data["controller"], int(data["policy_version"]))
+        return cls(int(data["iteration"]), data["controller"], int(data["policy_version"]),
+                   int(data.get("user_policy_version", 0)))
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -158,14 +160,18 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
 
 # What a run's checkpoints and curriculum were made with: changing one on resume would fail after the
 # engines started (DeepSpeed shards per rank) or silently mix two runs (scenario, seed, model).
-FIXED_FOR_A_RUN = ("scenario", "seed", "models.agent", "models.dtype", "trainer.num_workers", "trainer.zero_stage")
+FIXED_FOR_A_RUN = ("scenario", "seed", "models.agent", "models.dtype", "trainer.num_workers", "trainer.zero_stage",
+                   "user_sim.train")
 
 
 def resume_conflicts(saved: dict, wanted: dict) -> list[str]:
     """`key old -> new` for each FIXED_FOR_A_RUN key a resume would change (configs as config_to_dict)."""
+    missing = object()
+
     def value(tree: dict, key: str) -> Any:
         for part in key.split("."):
-            tree = tree[part]
+            tree = tree.get(part, missing) if isinstance(tree, dict) else missing
         return tree
+    # a key the saved config lacks (written by an older version) had its default then: not a change
     return [f"{k} {value(saved, k)!r} -> {value(wanted, k)!r}" for k in FIXED_FOR_A_RUN
-            if value(saved, k) != value(wanted, k)]
+            if value(saved, k) is not missing and value(saved, k) != value(wanted, k)]

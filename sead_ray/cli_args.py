@@ -238,11 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     ab = sub.add_parser(
         "ablate", help="train the paper's ablation variants and compare them on one profile set",
         description="Train each variant (full, wo_ma: no Mistake Analysis, uniform initial states; wo_ma_ps: no "
-                    "Mistake Analysis and no Profile Sampling, the simulator picks its own start) for each seed with "
+                    "Mistake Analysis and no Profile Sampling, the simulator picks its own start; train_urm: the LLM "
+                    "simulator trained too, against the agent, by a second trainer group) for each seed with "
                     "`sead-ray train` into OUT/runs/<variant>-s<seed>, then compare the trained agents on the same "
                     "profiles and seeds (OUT/compare/) and write the ablation table OUT/ablation.md. Run it again "
-                    "after an interruption: finished variants are kept, an unfinished one resumes. (train_urm, the "
-                    "paper's trained simulator, is not built yet.)",
+                    "after an interruption: finished variants are kept, an unfinished one resumes.",
         epilog="examples:\n  sead-ray ablate --config configs/embedded.yaml --variants full,wo_ma,wo_ma_ps --seeds 0 "
                "--set train.iterations=4 --n 32 --seed 0 --out runs/ablate",
         formatter_class=argparse.RawDescriptionHelpFormatter)

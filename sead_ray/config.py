@@ -129,6 +129,9 @@ class UserSimConfig:
     max_restarts: int = _f(3, 0, 1000, "restarts of each engine that dies (in its bundle, while calls wait)")
     max_step: int = _f(1, 0, 100, "most levels a state dimension moves per turn (0 = unbounded)")
     status_guards: bool = _f(True, doc="apply the scenario's user.status_guards (false: the simulator alone decides)")
+    train: bool = _f(False, doc="train the simulator too, against the agent (the paper's train-URM ablation): a second "
+                     "trainer group, GRPO on its turns with the opposite reward; needs backend vllm and weight_sync "
+                     "shm or object_store")
 
 
 @dataclass

@@ -43,6 +43,11 @@ class UserTurnOutput:
     raw: str = ""
     error: Optional[str] = None
     engine: str = ""
+    # a simulator being trained (user_sim.train): its prompt and generation as the engine saw them
+    prompt_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    policy_version: int = 0
 
 
 @dataclass
@@ -117,6 +122,8 @@ class Trajectory:
     group: int = 0          # GRPO group (rollouts of the same profile share one)
     iteration: int = 0
     replays: int = 0        # times this call was played again after ending in error
+    # user_sim.train: each kept simulator turn, token-exact (the simulator's prompt is rebuilt every turn)
+    user_turns: list[UserTurnOutput] = field(default_factory=list)
 
     @property
     def errored(self) -> bool:
@@ -145,6 +152,7 @@ class Trajectory:
             "n_agent_turns": len(self.turns),
             "policy_version": min(self.policy_versions) if self.turns else None,
             "policy_versions": self.policy_versions,
+            "user_policy_version": min(u.policy_version for u in self.user_turns) if self.user_turns else None,
             "agent_tokens": sum(t.agent_tokens for t in self.turns),
             "agent_parse_failures": self.agent_parse_failures, "replays": self.replays,
             "user_parse_failures": self.user_parse_failures, "user_step_clamps": self.user_step_clamps,
@@ -240,6 +248,8 @@ async def run_dialogue(
             turn.user_parse_ok = False
             return finish("error", f"simulator output did not parse after {user_retries + 1} tries: "
                                    f"{reply.error if reply else 'no reply'}")
+        if reply.token_ids:
+            traj.user_turns.append(reply)
         ruled = apply_simulator_rules(schema, status_guards, profile, turn_index, state, reply, max_step)
         traj.user_step_clamps += ruled.clamped_dimensions
         traj.user_status_overrides += ruled.status_override is not None

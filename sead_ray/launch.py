@@ -81,7 +81,10 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
         return {**summary, "iterations": cfg.train.iterations, "checkpoint": str(checkpoint)}
 
     held_out = held_out_profiles(cfg, scenario, run_dir) if cfg.train.eval_every else []
-    system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir, first_iteration=start.iteration + 1)
+    # user_sim.train: the simulator resumes from its own weights in the checkpoint
+    user_model = str(checkpoint / "user" / "hf") if checkpoint is not None and cfg.user_sim.train else None
+    system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir, first_iteration=start.iteration + 1,
+                                        user_model=user_model)
     loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None, held_out=held_out)
     previous_handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
@@ -96,7 +99,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     t_run = time.perf_counter()
     try:
         if checkpoint is not None:
-            await system.restore(checkpoint, start.controller, start.policy_version)
+            await system.restore(checkpoint, start.controller, start.policy_version, start.user_policy_version)
         summary["interrupted"] = await loop.run_keeping_progress()
         summary["wall_s"] = time.perf_counter() - t_run
     finally:

@@ -45,8 +45,8 @@ class LoopSystem(Protocol):
     async def sample_profiles(self, n: int) -> list[Profile]: ...
     async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict: ...
     async def controller_state(self) -> dict: ...
-    async def grpo_step(self, samples: list[Sample]) -> StepMetrics: ...
-    async def broadcast_weights(self, version: int) -> SyncResult: ...
+    async def grpo_step(self, samples: list[Sample], role: str = "agent") -> StepMetrics: ...
+    async def broadcast_weights(self, version: int, role: str = "agent") -> SyncResult: ...
     def save_weights(self, directory: Path) -> Any: ...
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict: ...
@@ -66,12 +66,27 @@ class Learning:
     step: StepMetrics
     sync: SyncResult
     policy_version: int
+    user: Optional[Learning] = None   # user_sim.train: the simulator's own step, sync and version
 
 
 def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
     """The trainer's view of the calls: token ids, loss mask, rollout logprobs, advantage."""
     return [Sample(t.token_ids[:max_seq_len], t.loss_mask[:max_seq_len], t.rollout_logprobs[:max_seq_len], a)
             for t, a in zip(trajectories, advantages) if t.token_ids and sum(t.loss_mask)]
+
+
+def user_samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
+    """The simulator's turns as the trainer needs them (user_sim.train): one sample per kept turn, its prompt
+    (not trained) then its generation, with the advantage of the call the turn belongs to."""
+    samples = []
+    for t, a in zip(trajectories, advantages):
+        for turn in t.user_turns:
+            ids = (turn.prompt_ids + turn.token_ids)[:max_seq_len]
+            mask = ([0] * len(turn.prompt_ids) + [1] * len(turn.token_ids))[:max_seq_len]
+            logprobs = ([0.0] * len(turn.prompt_ids) + turn.logprobs)[:max_seq_len]
+            if sum(mask):
+                samples.append(Sample(ids, mask, logprobs, a))
+    return samples
 
 
 class SelfEvolutionLoop:
@@ -121,6 +136,21 @@ class SelfEvolutionLoop:
         log.info("iter %d GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> agent engine in %.1f s (%s)",
                  iteration, step.step_s, step.loss, step.grad_norm or 0.0, version, sync.total_s,
                  self.cfg.weight_sync.transport)
+        user = await self.learn_user(iteration, trajs) if self.cfg.user_sim.train else None
+        return Learning(rewards, step, sync, version, user)
+
+    async def learn_user(self, iteration: int, trajs: Sequence[Trajectory]) -> Learning:
+        """user_sim.train (the paper's train-URM ablation): the simulator is trained against the agent, with
+        the opposite of the agent's outcome reward (the agent's format penalty is not the simulator's doing)."""
+        train = self.cfg.train
+        rewards = [-train.success_reward * t.success for t in trajs]
+        advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
+        samples = user_samples_from(trajs, advantages, train.max_seq_len)
+        step = await self.system.grpo_step(samples, role="user")
+        version = self.done.user_policy_version + 1
+        sync = await self.system.broadcast_weights(version, role="user")
+        log.info("iter %d simulator GRPO step %.0f s over %d turns (loss %.4f); weights v%d -> simulator engines",
+                 iteration, step.step_s, len(samples), step.loss, version)
         return Learning(rewards, step, sync, version)
 
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
@@ -151,7 +181,8 @@ class SelfEvolutionLoop:
         dialogues = await self.play_dialogues(iteration, profiles)
         learning = await self.learn(iteration, dialogues)       # from here on the iteration completes
         curriculum = await self.analyse_mistakes(iteration, dialogues)
-        self.done = TrainState(iteration, await self.system.controller_state(), learning.policy_version)
+        self.done = TrainState(iteration, await self.system.controller_state(), learning.policy_version,
+                               learning.user.policy_version if learning.user else self.done.user_policy_version)
         self.weights_ahead = False
         return await self._log(iteration, dialogues, learning, curriculum, time.perf_counter() - t0)
 
@@ -211,6 +242,10 @@ class SelfEvolutionLoop:
                  "user_step_clamps": sum(t.user_step_clamps for t in rollout.trajectories),
                  "user_status_overrides": sum(t.user_status_overrides for t in rollout.trajectories),
                  **{f"train_{k}": v for k, v in step.to_json().items()}}
+        if learning.user is not None:
+            extra.update({"user_policy_version": learning.user.policy_version, "user_sync_s": learning.user.sync.total_s,
+                          "user_reward_mean": sum(learning.user.rewards) / max(1, len(learning.user.rewards)),
+                          **{f"user_train_{k}": v for k, v in learning.user.step.to_json().items()}})
         row = await self.system.record_iteration(iteration, "train", dialogues.records, extra, curriculum)
         log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %.2e, %.0f s", iteration,
                  self.cfg.train.iterations, row["cr"] or 0.0, extra["reward_mean"], step.loss,

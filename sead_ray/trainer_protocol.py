@@ -46,15 +46,19 @@ class TrainerSettings:
     temperature: float = 1.0     # the agent's sampling temperature in training rollouts
 
     @classmethod
-    def from_config(cls, cfg: Any, model_path: str) -> TrainerSettings:
+    def from_config(cls, cfg: Any, model_path: str, role: str = "agent") -> TrainerSettings:
+        """The agent's trainer, or (role `user`, user_sim.train) the simulator's: same optimisation, its own
+        model and sampling temperature."""
         t = cfg.train
         return cls(model_path=model_path, seed=cfg.seed, dtype=cfg.models.dtype, lr=t.lr,
                    zero_stage=cfg.trainer.zero_stage, micro_batch_size=t.micro_batch_size,
-                   grad_accum_steps=grad_accum_steps(t.batch_size * t.rollouts_per_profile, cfg.trainer.num_workers,
-                                                     t.micro_batch_size),
+                   # the simulator trains on each of its turns: up to max_turns samples per call
+                   grad_accum_steps=grad_accum_steps(t.batch_size * t.rollouts_per_profile
+                                                     * (cfg.dialogue.max_turns if role == "user" else 1),
+                                                     cfg.trainer.num_workers, t.micro_batch_size),
                    grad_clip=t.grad_clip, clip_eps=t.clip_eps, kl_coef=t.kl_coef, entropy_coef=t.entropy_coef,
                    ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing,
-                   temperature=cfg.dialogue.agent_train.temperature)
+                   temperature=(cfg.dialogue.agent_train if role == "agent" else cfg.dialogue.user).temperature)
 
 
 def grad_accum_steps(batch: int, world_size: int, micro_batch_size: int) -> int:

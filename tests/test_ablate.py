@@ -14,14 +14,16 @@ from tests.conftest import EMBEDDED_CONFIG, TEST_SETTING
 
 def test_variants_are_the_papers_ablations_as_overrides(tmp_path):
     assert parse_variants("full, wo_ma,wo_ma_ps") == ["full", "wo_ma", "wo_ma_ps"]
-    for bad, message in (("full,full", "distinct"), ("nope", "unknown variant"), ("train_urm", "not built yet"),
-                         ("", "comma-separated")):
+    assert parse_variants("full,train_urm") == ["full", "train_urm"]
+    for bad, message in (("full,full", "distinct"), ("nope", "unknown variant"), ("", "comma-separated")):
         with pytest.raises(UsageError, match=message):
             parse_variants(bad)
     assert parse_seeds("0,3") == [0, 3]
     for bad in ("a", "-1", "1,1", ""):
         with pytest.raises(UsageError):
             parse_seeds(bad)
+    train_urm = load_config(EMBEDDED_CONFIG, VARIANTS["train_urm"])
+    assert train_urm.user_sim.train and train_urm.user_sim.backend == "vllm"
     wo_ma_ps = load_config(EMBEDDED_CONFIG, VARIANTS["wo_ma_ps"])
     assert wo_ma_ps.curriculum.mode == "uniform" and not wo_ma_ps.curriculum.profile_sampling
     assert load_config(EMBEDDED_CONFIG, VARIANTS["full"]).curriculum.mode == "paper"

@@ -224,9 +224,12 @@ CASES = {
     "ablate unknown variant": lambda t: (
         ["ablate", "--config", EMBEDDED_CONFIG, "--variants", "full,fancy", "--n", 1, "--out", t / "ab"],
         ["--variants", "fancy"]),
-    "ablate train_urm": lambda t: (
-        ["ablate", "--config", EMBEDDED_CONFIG, "--variants", "train_urm", "--n", 1, "--out", t / "ab"],
-        ["train_urm", "not built yet"]),
+    "trained rule simulator": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "user_sim.train=true", "--out", t / "run"],
+        ["user_sim.train", "user_sim.backend = vllm"]),
+    "trained simulator over gloo": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "user_sim.train=true", "--set", "user_sim.backend=vllm",
+         "--set", "weight_sync.transport=gloo", "--out", t / "run"], ["user_sim.train", "shm or object_store"]),
     "ablate bad seeds": lambda t: (
         ["ablate", "--config", EMBEDDED_CONFIG, "--seeds", "1,x", "--n", 1, "--out", t / "ab"], ["--seeds"]),
     "monitor bad interval": lambda t: (
