@@ -360,9 +360,11 @@ class TrainerGroup:
         """Send the current weights as `version` to the agent engines: those given (a changed list, an
         engine was replaced) or the ones of the previous sync."""
         sync = self.cfg.weight_sync
+        # the simulator's engines take files or object-store buckets (vLLM's transfer API is set up for the agent's)
+        transport = sync.transport if self.role == "agent" or sync.transport == "shm" else "object_store"
         if agents is not None:
             self.agents = list(agents)
-        return self._request(SyncRequest(version, sync.transport, sync.bucket_mb, self.cfg.agent.tensor_parallel_size,
+        return self._request(SyncRequest(version, transport, sync.bucket_mb, self.cfg.agent.tensor_parallel_size,
                                          None if agents is None else self.agents))[0]
 
     def save(self, directory: Path) -> float:

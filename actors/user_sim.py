@@ -66,7 +66,7 @@ class UserSimActor:
         try:
             gen = await self.engine.generate(prompt, json_schema=self.schema, seed=req.seed,
                                              request_id=f"{req.dialogue_id}-u{req.turn_index}-{req.seed}",
-                                             **self.sampling)
+                                             logprobs=self.trained, **self.sampling)
         except Exception as exc:
             if self.engine.is_dead():
                 raise EngineDeadError(f"{self.name}: engine is dead ({type(exc).__name__})") from None

@@ -158,13 +158,14 @@ class VLLMEngine:
 
     async def generate(self, prompt_ids: list[int], *, temperature: float, top_p: float, max_tokens: int,
                        seed: Optional[int] = None, json_schema: Optional[dict] = None,
-                       request_id: Optional[str] = None) -> Generation:
+                       request_id: Optional[str] = None, logprobs: bool = True) -> Generation:
+        """One completion; `logprobs=False` where nothing uses them (a frozen simulator): zeros are returned."""
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = None if json_schema is None else StructuredOutputsParams(json=json_schema)
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-                                logprobs=0, structured_outputs=structured)
+                                logprobs=0 if logprobs else None, structured_outputs=structured)
         self._requests += 1
         rid = request_id or f"req-{self._requests}"
         final = None
@@ -176,12 +177,10 @@ class VLLMEngine:
             self._set_load(-1)
         completion = final.outputs[0]
         ids = list(completion.token_ids)
-        logprobs = []
-        for tok, entry in zip(ids, completion.logprobs or []):
-            logprobs.append(float(entry[tok].logprob))
-        if len(logprobs) != len(ids):
-            logprobs = [0.0] * len(ids)
-        return Generation(completion.text, ids, logprobs, str(completion.finish_reason), len(prompt_ids))
+        token_logprobs = [float(entry[tok].logprob) for tok, entry in zip(ids, completion.logprobs or [])]
+        if len(token_logprobs) != len(ids):
+            token_logprobs = [0.0] * len(ids)
+        return Generation(completion.text, ids, token_logprobs, str(completion.finish_reason), len(prompt_ids))
 
     def _set_load(self, change: int) -> None:
         """Requests in flight here; when none are, the engine is idle: vLLM reports no more steps, so its

@@ -130,8 +130,8 @@ class UserSimConfig:
     max_step: int = _f(1, 0, 100, "most levels a state dimension moves per turn (0 = unbounded)")
     status_guards: bool = _f(True, doc="apply the scenario's user.status_guards (false: the simulator alone decides)")
     train: bool = _f(False, doc="train the simulator too, against the agent (the paper's train-URM ablation): a second "
-                     "trainer group, GRPO on its turns with the opposite reward; needs backend vllm and weight_sync "
-                     "shm or object_store")
+                     "trainer group, GRPO on its turns with the opposite reward, weights to its engines by shm or "
+                     "object_store; needs backend vllm")
 
 
 @dataclass

@@ -21,10 +21,9 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
     if cfg.user_sim.train and cfg.user_sim.backend != "vllm":
         raise ConfigError(f"{where}: user_sim.train = true trains the simulator's model: it needs user_sim.backend = "
                           f"vllm (got {cfg.user_sim.backend})")
-    if cfg.user_sim.train and (cfg.weight_sync.transport not in ("shm", "object_store") or cfg.placement.colocate):
-        raise ConfigError(f"{where}: user_sim.train = true sends the simulator's weights through files: it needs "
-                          f"weight_sync.transport shm or object_store and placement.colocate false (got "
-                          f"{cfg.weight_sync.transport}, colocate {cfg.placement.colocate})")
+    if cfg.user_sim.train and cfg.placement.colocate:
+        raise ConfigError(f"{where}: user_sim.train = true needs placement.colocate = false (the simulator's trainer "
+                          "has GPUs of its own)")
     _check_engines(cfg, where)
     _check_transport(cfg, where)
 

@@ -227,9 +227,9 @@ CASES = {
     "trained rule simulator": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "user_sim.train=true", "--out", t / "run"],
         ["user_sim.train", "user_sim.backend = vllm"]),
-    "trained simulator over gloo": lambda t: (
+    "trained simulator colocated": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "user_sim.train=true", "--set", "user_sim.backend=vllm",
-         "--set", "weight_sync.transport=gloo", "--out", t / "run"], ["user_sim.train", "shm or object_store"]),
+         "--set", "placement.colocate=true", "--out", t / "run"], ["user_sim.train", "placement.colocate = false"]),
     "ablate bad seeds": lambda t: (
         ["ablate", "--config", EMBEDDED_CONFIG, "--seeds", "1,x", "--n", 1, "--out", t / "ab"], ["--seeds"]),
     "monitor bad interval": lambda t: (
