@@ -1,20 +1,25 @@
 """Weight sync: seconds and MB/s to move the agent's weights into a running vLLM engine, per transport
-(shm and object-store files, vLLM's weight-transfer API over our gloo backend), against the naive way
-(save a checkpoint to disk, restart the engine).
+(shm and object-store files, vLLM's weight-transfer API over our gloo backend), beside the naive way
+(save a checkpoint to disk, restart the engine) and a floor: one memory copy of the same bytes,
+measured in the same run.
 
     python benchmarks/weight_sync.py                                  # embedded SmolLM2-135M
-    python benchmarks/weight_sync.py --model tiny:llama-h64 --repeats 3
+    python benchmarks/weight_sync.py --model tiny:llama-h64 --repeats 3 --json sync.json
 
 Every transport starts from the same full state dict (what ZeRO-3's gather leaves on rank 0) and
 ends when the engine serves the new version; the script checks that greedy output changed, so a
-transport that silently did nothing would show. The ZeRO-3 gather itself is the same for every
-transport and is measured by `sead-ray train` (metrics.jsonl: sync_s).
+transport that silently did nothing would show. The default path is also measured end to end: from
+a trainer that just stepped (Ray Train, DeepSpeed ZeRO-3 on 2 workers, as `sead-ray train` runs it)
+to the engine serving the new version, the ZeRO-3 gather included (`TrainerGroup.sync_weights`).
+`--json` writes the ratios at the top level: `default_over_copy_floor` (time, >= 1) and
+`restart_over_default`.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -30,6 +35,7 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--transports", default="shm,object_store,gloo", help="comma-separated (nccl and ipc need GPUs)")
     p.add_argument("--json", default=None)
+    p.add_argument("--no-trainer", action="store_true", help="skip the end-to-end run through the ZeRO-3 trainer")
     return p.parse_args()
 
 
@@ -45,6 +51,57 @@ class StateDictSource:
 
     def __iter__(self):
         return iter(self.tensors.items())
+
+
+def copy_floor_s(tensors: dict, repeats: int = 5) -> float:
+    """One memory copy of every tensor into buffers allocated beforehand (best of `repeats`): no transport
+    can move the same bytes into the engine faster."""
+    import torch
+    buffers = {k: torch.empty_like(v) for k, v in tensors.items()}
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for k, v in tensors.items():
+            buffers[k].copy_(v)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD flags that decide CPU matmul speed (from /proc/cpuinfo)."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return []
+    return sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
+
+
+def end_to_end_sync(model_path: Path, agent, repeats: int, version: int) -> list[dict]:
+    """The default path as training runs it: a 2-rank ZeRO-3 trainer (one GRPO step first, so the sent
+    weights are new) gathers and sends by shm; timed until the engine answers with the new version."""
+    import ray
+
+    from actors.trainer import TrainerGroup
+    from sead_ray.config import load_config
+    from sead_ray.trainer_protocol import Sample
+    cfg = load_config(ROOT / "configs" / "embedded.yaml", [f"models.agent={model_path}", "weight_sync.transport=shm",
+                                                          "train.lr=1e-3", "placement.trainer.cpus=0.5"])
+    trainer = TrainerGroup(cfg, str(model_path), Path(tempfile.mkdtemp(prefix="sead-sync-bench-")), agents=[agent])
+    trainer.start()
+    runs = []
+    try:
+        ids = list(range(1000, 1064))
+        trainer.step([Sample(ids, [0] * 32 + [1] * 32, [0.0] * 64, 1.0)] * 2)
+        for _ in range(repeats):
+            version += 1
+            t0 = time.perf_counter()
+            sync = trainer.sync_weights(version)
+            served = ray.get(agent.get_version.remote())
+            runs.append({"total_s": time.perf_counter() - t0, "apply_s": sync.apply_s, "served_version": served})
+            assert served == version, (served, version)
+    finally:
+        trainer.stop()
+    return runs
 
 
 async def main(args) -> dict:
@@ -94,8 +151,11 @@ async def main(args) -> dict:
                          "served_version": ray.get(agent.get_version.remote()), "output_changed": changed,
                          "expected_change": weights is perturbed})
         results["transports"][transport] = runs
+    if not args.no_trainer:
+        results["default_end_to_end"] = end_to_end_sync(path, agent, args.repeats, version)
     ray.get(agent.shutdown.remote())
     ray.kill(agent)
+    results["copy_floor_s"] = copy_floor_s(perturbed)
 
     # Naive: write an HF checkpoint to disk and start a fresh engine on it.
     naive = []
@@ -130,6 +190,17 @@ async def main(args) -> dict:
         print(f"{transport:<26}{s:>10.2f}{mb / s:>10.1f}{naive_s / s:>22.1f}" + ("" if ok else "   (OUTPUT CHECK FAILED)"))
     print(f"{'save + restart (naive)':<26}{naive_s:>10.2f}{mb / naive_s:>10.1f}{1.0:>22.1f}")
     results["naive_s"] = naive_s
+    floor = results["copy_floor_s"]
+    print(f"{'memory copy (floor)':<26}{floor:>10.3f}{mb / floor:>10.1f}{naive_s / floor:>22.1f}")
+    default = results["shm_s"] if "shm_s" in results else min(results[f"{t}_s"] for t in results["transports"])
+    if "default_end_to_end" in results:
+        default = sum(x["total_s"] for x in results["default_end_to_end"]) / len(results["default_end_to_end"])
+        print(f"{'shm from ZeRO-3 (e2e)':<26}{default:>10.2f}{mb / default:>10.1f}{naive_s / default:>22.1f}"
+              "   (gather on 2 ranks included)")
+    results["default_over_copy_floor"] = default / floor
+    results["restart_over_default"] = naive_s / default
+    print(f"default (shm) / copy floor: x{default / floor:.1f}; save-and-restart / default: x{naive_s / default:.1f}")
+    results["machine"] = {"cores": os.cpu_count(), "cpu_flags": cpu_flags()}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return results
