@@ -11,6 +11,7 @@ On CPU: gloo, 2 workers. On GPUs: the same code with NCCL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -37,6 +38,7 @@ from sead_ray.trainer_protocol import (
     WorkerFailure,
     WorkerReady,
     aggregate_step,
+    deepspeed_config,
     shard_samples,
 )
 
@@ -50,6 +52,7 @@ class TrainerMailbox:
     def __init__(self):
         self.requests: dict = {}
         self.results: dict = {}
+        self.failures = 0
         self.cond = asyncio.Condition()
 
     async def post_request(self, seq: int, request: Any, shards: list) -> None:
@@ -65,6 +68,9 @@ class TrainerMailbox:
 
     async def post_result(self, seq: int, rank: int, result: Any) -> None:
         async with self.cond:
+            if isinstance(result, WorkerFailure):
+                self.failures += 1
+                result.arrival = self.failures
             self.results[(seq, rank)] = result
             self.cond.notify_all()
 
@@ -82,20 +88,14 @@ class TrainerMailbox:
 
 # --------------------------------------------------------------------------- worker side
 
-def _ds_config(s: TrainerSettings, world_size: int) -> dict:
-    return {
-        "train_micro_batch_size_per_gpu": s.micro_batch_size,
-        "gradient_accumulation_steps": s.grad_accum_steps,
-        "train_batch_size": s.micro_batch_size * s.grad_accum_steps * world_size,
-        "gradient_clipping": s.grad_clip,
-        "zero_optimization": {"stage": s.zero_stage, "stage3_param_persistence_threshold": 0,
-                              "stage3_gather_16bit_weights_on_model_save": False},
-        "zero_allow_untested_optimizer": True,   # a plain torch AdamW: no JIT-built CPU Adam needed
-        "bf16": {"enabled": s.dtype == "bfloat16"},
-        "fp16": {"enabled": s.dtype == "float16"},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
+def _release_freed_memory() -> None:
+    """Hand the step's freed activations back to the OS (glibc keeps freed heap otherwise): an idle trainer
+    then holds its weights and optimizer state only, e.g. while a second trainer group steps (user_sim.train)."""
+    import ctypes
+    import gc
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):   # not glibc: nothing to do
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class _Worker:
@@ -115,7 +115,7 @@ class _Worker:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         torch.manual_seed(s.seed + self.rank)
-        ds_config = _ds_config(s, self.world)
+        ds_config = deepspeed_config(s, self.world)
         dtype = getattr(torch, s.dtype)
         # Kept alive so from_pretrained partitions the weights at load time (zero.Init) under ZeRO-3.
         self._hf_ds = HfDeepSpeedConfig(ds_config) if s.zero_stage == 3 else None
@@ -169,6 +169,7 @@ class _Worker:
                              world_size=self.world, global_tokens=request.global_tokens,
                              reference=self._logprob_fn(self.ref) if self.ref is not None else None, device=self.device)
         self.steps += 1
+        _release_freed_memory()
         grad_norm = self.engine.get_global_grad_norm()
         result.grad_norm = None if grad_norm is None else float(grad_norm)
         result.seconds, result.peak_mem_mb = time.perf_counter() - t0, self._peak_memory_mb()
@@ -336,7 +337,7 @@ class TrainerGroup:
                 raise TrainerError(f"the training workers stopped: {self.fit_error!r}")
             if deadline is not None and time.monotonic() > deadline:
                 raise TrainerError(f"no answer from the training workers within {timeout_s:.0f} s")
-        failures = [r for r in results if isinstance(r, WorkerFailure)]
+        failures = sorted((r for r in results if isinstance(r, WorkerFailure)), key=lambda f: f.arrival)
         if failures:
             raise TrainerError(f"training rank {failures[0].rank} failed:\n{failures[0].traceback}")
         return results

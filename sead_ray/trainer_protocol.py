@@ -61,6 +61,23 @@ class TrainerSettings:
                    temperature=(cfg.dialogue.agent_train if role == "agent" else cfg.dialogue.user).temperature)
 
 
+def deepspeed_config(s: TrainerSettings, world_size: int) -> dict:
+    """The DeepSpeed config of a training rank."""
+    return {
+        "train_micro_batch_size_per_gpu": s.micro_batch_size,
+        "gradient_accumulation_steps": s.grad_accum_steps,
+        "train_batch_size": s.micro_batch_size * s.grad_accum_steps * world_size,
+        "gradient_clipping": s.grad_clip,
+        "zero_optimization": {"stage": s.zero_stage, "stage3_param_persistence_threshold": 0,
+                              "stage3_gather_16bit_weights_on_model_save": False},
+        "zero_allow_untested_optimizer": True,   # a plain torch AdamW: no JIT-built CPU Adam needed
+        "bf16": {"enabled": s.dtype == "bfloat16"},
+        "fp16": {"enabled": s.dtype == "float16"},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
 def grad_accum_steps(batch: int, world_size: int, micro_batch_size: int) -> int:
     """Micro-batches per rank so that one optimizer step covers the whole batch."""
     return max(1, math.ceil(math.ceil(batch / world_size) / micro_batch_size))
@@ -121,6 +138,7 @@ class WorkerReady:
 class WorkerFailure:
     rank: int
     traceback: str
+    arrival: int = 0              # set by the mailbox: the first failure is the cause, later ones its echo
 
 
 @dataclass
