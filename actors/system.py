@@ -278,6 +278,8 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
         name, actor = launch_user_sim(roles, index)
         try:
             info = await start_engine(roles.cfg, actor)
+            if roles.load_user_policy is not None:   # a trained simulator: the new engine gets its weights
+                await roles.load_user_policy(actor)
         except Exception as exc:
             log.warning("user simulator %s failed to start (%s); keeping %d engine(s)", name, exc, len(pool.actors))
             ray.kill(actor, no_restart=True)
