@@ -151,8 +151,8 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     roles = RolloutRoles(cfg, scenario, AgentPool({}, max_restarts=cfg.agent.max_restarts, request_timeout_s=timeout),
                          UserSimPool({}, max_restarts=cfg.user_sim.max_restarts, request_timeout_s=timeout),
                          plan=plan, user_path=user_path, run=Path(run_dir).name if run_dir else "", agent_path=agent_path)
-    roles.users.restart_fn = partial(restart_user_sim, roles)
-    roles.agents.restart_fn = partial(restart_agent, roles)
+    roles.users.restart_fn = partial(restart_engine, roles, "user_sim")
+    roles.agents.restart_fn = partial(restart_engine, roles, "agent")
     agents = [launch_agent(roles, i) for i in range(n_agent)]
     users = [launch_user_sim(roles, i) for i in range(n_user)]
     t0 = time.perf_counter()
@@ -199,19 +199,6 @@ def launch_agent(roles: RolloutRoles, index: int) -> Any:
     return AgentPolicyActor.options(**actor_options(roles.plan, "agent_policy", index)).remote(spec)
 
 
-async def restart_agent(roles: RolloutRoles, name: str) -> tuple[Any, dict]:
-    """A dead agent engine's replacement in the same bundle, serving the current policy before it is
-    swapped into the pool (a training run pushes the trainer's weights to it: `roles.load_policy`)."""
-    index = roles.agents.info[name]["placement_index"]
-    ray.kill(roles.agents.actors[name], no_restart=True)
-    actor = launch_agent(roles, index)
-    info = await start_engine(roles.cfg, actor)
-    if roles.load_policy is not None:
-        await roles.load_policy(actor)
-    roles.restarts["agent"] += 1
-    return actor, {**info, "placement_index": index}
-
-
 def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
     """Create (not yet start) the user simulator actor in bundle `index` of the user_sim role."""
     cfg = roles.cfg
@@ -226,15 +213,21 @@ def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
     return name, actor
 
 
-async def restart_user_sim(roles: RolloutRoles, name: str) -> tuple[Any, dict]:
-    """A dead user simulator's replacement, in the same bundle of its placement group (the pool swaps it in)."""
-    index = roles.users.info[name]["placement_index"]
-    ray.kill(roles.users.actors[name], no_restart=True)   # dead already, or alive with a dead engine
-    _, actor = launch_user_sim(roles, index)
+async def restart_engine(roles: RolloutRoles, role: str, name: str) -> tuple[Any, dict]:
+    """A dead engine's replacement (role `agent` or `user_sim`) in the same bundle of its placement group,
+    brought to the policy being trained before its pool swaps it in (`roles.load_policy` /
+    `roles.load_user_policy`, pushing the trainer's weights; None: the model on disk is it)."""
+    if role == "agent":
+        pool, launch, load_policy = roles.agents, launch_agent, roles.load_policy
+    else:
+        pool, launch, load_policy = roles.users, lambda r, i: launch_user_sim(r, i)[1], roles.load_user_policy
+    index = pool.info[name]["placement_index"]
+    ray.kill(pool.actors[name], no_restart=True)   # dead already, or alive with a dead engine
+    actor = launch(roles, index)
     info = await start_engine(roles.cfg, actor)
-    if roles.load_user_policy is not None:
-        await roles.load_user_policy(actor)
-    roles.restarts["user_sim"] += 1
+    if load_policy is not None:
+        await load_policy(actor)
+    roles.restarts[role] += 1
     return actor, {**info, "placement_index": index}
 
 

@@ -321,8 +321,7 @@ class TrainerGroup:
         self.thread.start()
         self.ready = self._results(0, timeout_s)
         log.info("%s trainer: %d ZeRO-%d workers ready (%s) in %.0f s", self.role, self.world, cfg.trainer.zero_stage,
-                 backend,
-                 time.perf_counter() - t0)
+                 backend, time.perf_counter() - t0)
         return time.perf_counter() - t0
 
     def _results(self, seq: int, timeout_s: Optional[float] = None) -> list:

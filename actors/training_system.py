@@ -59,7 +59,7 @@ class TrainingSystem:
     profile controller continues from the state its last call returned."""
 
     def __init__(self, roles: RolloutRoles, trainer: Any, user_trainer: Any = None):
-        self.roles, self.trainer = roles, trainer
+        self.roles = roles
         self.trained = {"agent": TrainedRole("agent", roles.agents, trainer)}
         roles.load_policy = partial(self.push_policy, role="agent")
         if user_trainer is not None:
@@ -95,6 +95,11 @@ class TrainingSystem:
             await system.stop()
             raise
         return system
+
+    @property
+    def trainer(self) -> Any:
+        """The agent's trainer group."""
+        return self.trained["agent"].trainer
 
     def endpoints(self) -> RolloutEndpoints:
         return self.roles.endpoints()

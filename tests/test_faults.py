@@ -44,6 +44,17 @@ def _dialogues(run_dir, iteration):
     return [json.loads(line) for line in (run_dir / "dialogues" / f"iter_{iteration:04d}.jsonl").read_text().splitlines()]
 
 
+def _train_while(inject, cfg, scenario, run_dir):
+    """`launch.train` with the fault injector `inject()` running beside it; the run's summary (or its error)."""
+    async def run():
+        injector = asyncio.ensure_future(inject())
+        try:
+            return await launch.train(cfg, scenario, run_dir)
+        finally:
+            await injector
+    return asyncio.run(run())
+
+
 async def _until(condition, timeout_s=600):
     for _ in range(int(timeout_s / 0.05)):
         if condition():
@@ -82,13 +93,9 @@ def test_a_run_survives_its_agent_engine_controller_and_stats_actor_dying(ray_cl
         ray.kill(roles.agents.actors["agent-0"], no_restart=True)
         ray.kill(roles.controller, no_restart=True)
         ray.kill(roles.stats, no_restart=False)   # the stats actor is Ray-restarted (max_restarts)
-        return system
 
-    async def run():
-        injector = asyncio.ensure_future(inject())
-        summary = await launch.train(cfg, scenario, run_dir)
-        return summary, await injector
-    summary, system = asyncio.run(run())
+    summary = _train_while(inject, cfg, scenario, run_dir)
+    system = captured_system[0]
 
     assert summary["iterations"] == 3 and not summary["interrupted"]
     _assert_complete_run(run_dir, 4)
@@ -115,14 +122,8 @@ def test_a_killed_trainer_worker_keeps_the_last_iteration_and_resume_completes_t
         await asyncio.sleep(0.3)
         os.kill(system.trainer.ready[1].pid, signal.SIGKILL)
 
-    async def failing_run():
-        injector = asyncio.ensure_future(inject())
-        try:
-            await launch.train(cfg, scenario, run_dir)
-        finally:
-            await injector
     with pytest.raises(TrainerError):
-        asyncio.run(failing_run())
+        _train_while(inject, cfg, scenario, run_dir)
     assert (run_dir / "checkpoints" / "latest").resolve().name == "iter_0001", "iteration 1's checkpoint is lost"
 
     summary = asyncio.run(launch.train(cfg, scenario, run_dir, resume=True))
@@ -147,14 +148,8 @@ def test_a_disk_that_fills_during_a_checkpoint_keeps_the_previous_one(ray_cluste
                                          text=True, check=True).stdout.split()[-1])
             subprocess.run(["mount", "-o", f"remount,size={used_kb + 1024}k", str(checkpoints)], check=True)
 
-        async def failing_run():
-            injector = asyncio.ensure_future(inject())
-            try:
-                await launch.train(cfg, scenario, run_dir)
-            finally:
-                await injector
         with pytest.raises(CheckpointError) as failure:
-            asyncio.run(failing_run())
+            _train_while(inject, cfg, scenario, run_dir)
         message = str(failure.value)
         assert "iteration 2" in message and "iter_0001" in message and "No space left" in message, message
         assert (checkpoints / "latest").resolve().name == "iter_0001", "the last complete checkpoint is lost"
