@@ -10,7 +10,7 @@ import ray
 
 from actors.routing import EngineDeadError, StickyRouter
 from actors.vllm_engine import EngineSpec, VLLMEngine
-from actors.weight_sync import WeightHandle, discard, materialize
+from actors.weight_sync import WeightHandle, apply_handle
 from sead_ray.dialogue import AgentTurnOutput
 
 
@@ -67,15 +67,10 @@ class AgentPolicyActor:
 
     async def apply_weights(self, handle: WeightHandle) -> dict:
         """Apply a published weight version (shm or object_store transport; actors/weight_sync.py)."""
-        t0 = time.perf_counter()
-        path, delete = materialize(handle)
-        try:
-            info = await self.load_weights_from_file(path, handle.version)
-        finally:
-            if delete:
-                discard(path)
-        info["apply_s"] = time.perf_counter() - t0
-        return info
+        tensors, seconds = await apply_handle(self.engine, handle)
+        self.set_version(handle.version)
+        self._event(f"weights v{handle.version}")
+        return {"tensors": tensors, "apply_s": seconds, "version": handle.version}
 
     # vLLM's weight-transfer API (gloo / nccl / ipc): called by the trainer's rank 0 through
     # actors.weight_sync.EnginePoolClient; update_weights blocks while the tensors stream in.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
@@ -16,7 +15,7 @@ import ray
 
 from actors.routing import EngineDeadError, StickyRouter, actor_death_errors
 from actors.vllm_engine import EngineSpec, VLLMEngine
-from actors.weight_sync import WeightHandle, discard, materialize
+from actors.weight_sync import WeightHandle, apply_handle
 from sead_ray.dialogue import UserRequest, UserTurnOutput
 from sead_ray.prompts.user import parse_user_output, user_output_schema, user_prompt_ids
 from sead_ray.rule_user import RuleUserSimulator
@@ -83,15 +82,9 @@ class UserSimActor:
 
     async def apply_weights(self, handle: WeightHandle) -> dict:
         """A new version of the simulator's weights (user_sim.train; shm or object_store transport)."""
-        t0 = time.perf_counter()
-        path, delete = materialize(handle)
-        try:
-            n = await self.engine.reload_weights_from_file(path)
-        finally:
-            if delete:
-                discard(path)
+        tensors, seconds = await apply_handle(self.engine, handle)
         self.version = handle.version
-        return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": handle.version}
+        return {"tensors": tensors, "apply_s": seconds, "version": handle.version}
 
     def set_version(self, version: int) -> None:
         self.version = version

@@ -210,6 +210,19 @@ def discard(path: str) -> None:
         pass
 
 
+async def apply_handle(engine: Any, handle: WeightHandle) -> tuple[int, float]:
+    """On an engine's side (agent or trained simulator): reload every weight of a published version into
+    the running VLLMEngine `engine`; returns (tensors, seconds)."""
+    t0 = time.perf_counter()
+    path, delete = materialize(handle)
+    try:
+        tensors = await engine.reload_weights_from_file(path)
+    finally:
+        if delete:
+            discard(path)
+    return tensors, time.perf_counter() - t0
+
+
 class EnginePoolClient:
     """vLLM's weight-sync client protocol (`VLLMWeightSyncClient`) over the agent engine actors.
 
