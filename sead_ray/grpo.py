@@ -150,30 +150,33 @@ def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_en
                      entropy_grad: bool = False, temperature: float = 1.0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Per-target logprobs [B, L-1] (and entropies) of a collated batch under a causal LM.
 
-    Logits are computed only from the first position any row trains on (`logits_to_keep`): the
-    shared system prompt comes first and a full-vocabulary head over it would dominate the cost.
-    Logprobs are logit(target) - logsumexp: unlike log_softmax, no second full-vocabulary tensor is
-    kept for backward. The entropy joins the autograd graph only when trained on (`entropy_grad`).
-    `temperature` is the rollouts' sampling temperature: the policy being optimised is the one that
-    sampled (logits / T), as the engines report it (vLLM's processed logprobs)."""
+    Logits are computed only at the positions some row of the batch trains on (`logits_to_keep` as
+    indices): the shared system prompt and the simulator's turns are context, and a full-vocabulary
+    head over them would dominate the cost. Logprobs are logit(target) - logsumexp: unlike log_softmax,
+    no second full-vocabulary tensor is kept for backward. The entropy joins the autograd graph only
+    when trained on (`entropy_grad`). `temperature` is the rollouts' sampling temperature: the policy
+    being optimised is the one that sampled (logits / T), as the engines report it (vLLM's processed
+    logprobs)."""
     ids = batch.input_ids.to(device)
     B, L = ids.shape
-    trained = batch.loss_mask.sum(0).nonzero()
-    first = int(trained[0]) if len(trained) else L - 2
-    keep = L - first
-    out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), logits_to_keep=keep)
-    logits = out.logits[:, :-1].float()                                   # predicts targets first..L-2
+    # position t predicts target t + 1; loss_mask is already indexed by t (L - 1 columns)
+    trained = batch.loss_mask.sum(0).nonzero().squeeze(-1)
+    if len(trained) == 0:   # a padding micro-batch: one position keeps the graph (a collective) alive
+        trained = torch.tensor([L - 2])
+    trained = trained.to(device)
+    out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), logits_to_keep=trained)
+    logits = out.logits.float()                                           # [B, trained positions, vocab]
     if temperature != 1.0:
         logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)
-    part = logits.gather(-1, ids[:, L - keep + 1:].unsqueeze(-1)).squeeze(-1) - lse
+    part = logits.gather(-1, ids[:, trained + 1].unsqueeze(-1)).squeeze(-1) - lse
     logprobs = torch.zeros((B, L - 1), dtype=part.dtype, device=part.device)
-    logprobs[:, L - keep:] = part
+    logprobs[:, trained] = part
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
             entropy = torch.zeros_like(logprobs)
-            entropy[:, L - keep:] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            entropy[:, trained] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logprobs, entropy
 
 

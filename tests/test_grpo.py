@@ -15,7 +15,9 @@ class LogitsTableLM(torch.nn.Module):
         self.table = torch.nn.Parameter(logits.clone())
 
     def forward(self, input_ids, attention_mask, logits_to_keep=0):
-        return types.SimpleNamespace(logits=self.table[:, -logits_to_keep:] if logits_to_keep else self.table)
+        # as transformers' causal LMs: an int keeps that many last positions, a tensor the positions it names
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        return types.SimpleNamespace(logits=self.table[:, keep])
 
 
 def _batch(ids, mask):
@@ -62,20 +64,43 @@ def test_collate_aligns_masks_with_targets():
 
 def test_forward_logprobs_match_log_softmax_and_entropy_where_trained():
     torch.manual_seed(0)
-    logits = torch.randn(2, 5, 11)
-    ids = torch.randint(0, 11, (2, 5))
-    mask = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
+    logits = torch.randn(2, 6, 11)
+    ids = torch.randint(0, 11, (2, 6))
+    # positions 1 and 3 are trained by some row; 0, 2 and 4 by none (prompt, a simulator turn)
+    mask = torch.tensor([[0, 0, 0, 1, 0], [0, 1, 0, 0, 0]], dtype=torch.float32)
     lp, ent = forward_logprobs(LogitsTableLM(logits), _batch(ids, mask), with_entropy=True)
     full = torch.log_softmax(logits[:, :-1], -1)
     want_lp = full.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     want_ent = -(full.exp() * full).sum(-1)
-    # logits are computed from the first position any row trains on (here 1); earlier ones stay 0
-    assert torch.allclose(lp[:, 1:], want_lp[:, 1:], atol=1e-5) and (lp[:, 0] == 0).all()
-    assert torch.allclose(ent[:, 1:], want_ent[:, 1:], atol=1e-5)
+    trained, untrained = [1, 3], [0, 2, 4]
+    # logits are computed only where some row trains; the other positions stay 0
+    assert torch.allclose(lp[:, trained], want_lp[:, trained], atol=1e-5) and (lp[:, untrained] == 0).all()
+    assert torch.allclose(ent[:, trained], want_ent[:, trained], atol=1e-5) and (ent[:, untrained] == 0).all()
     # sampled at temperature T, the policy is softmax(logits / T), as vLLM's processed logprobs report it
     cold, _ = forward_logprobs(LogitsTableLM(logits), _batch(ids, mask), temperature=0.5)
     want_cold = torch.log_softmax(logits[:, :-1] / 0.5, -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    assert torch.allclose(cold[:, 1:], want_cold[:, 1:], atol=1e-5) and not torch.allclose(cold, lp)
+    assert torch.allclose(cold[:, trained], want_cold[:, trained], atol=1e-5) and not torch.allclose(cold, lp)
+
+
+def test_forward_logprobs_of_a_real_causal_lm_agree_with_its_full_forward():
+    """transformers' Llama takes the trained positions as `logits_to_keep` indices: the logprobs there
+    are those of the full forward pass, and the gradient reaches the same parameters."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=1)).eval()
+    ids = torch.randint(0, 50, (2, 9))
+    mask = torch.zeros(2, 8)
+    mask[0, 2:4] = mask[0, 6:8] = mask[1, 3] = 1   # two agent turns around a simulator turn; one short row
+    batch = _batch(ids, mask)
+    lp, _ = forward_logprobs(model, batch)
+    full = torch.log_softmax(model(input_ids=ids).logits[:, :-1].float(), -1)
+    want = full.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    trained = mask.sum(0) > 0
+    assert torch.allclose(lp[:, trained], want[:, trained], atol=1e-5)
+    assert (lp[:, ~trained] == 0).all()
+    (lp * mask).sum().backward()
+    assert model.lm_head.weight.grad.abs().sum() > 0 and model.model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
 
 
 def test_loss_only_touches_masked_tokens():
