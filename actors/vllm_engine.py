@@ -53,8 +53,8 @@ class WeightReloadExtension:
     runner's `reload_weights` is the path that works (PLATFORM_NOTES.md)."""
 
     def sead_reload_from_file(self, path: str) -> int:
-        from safetensors.torch import load_file
-        tensors = load_file(path)
+        from actors.weight_files import map_weight_file
+        tensors = map_weight_file(path)   # read where it lies: the loader's copy is the only one
         self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
         refresh_tied_lm_head(self.model_runner.get_model())
         return len(tensors)
@@ -85,27 +85,65 @@ def engine_kwargs(spec: EngineSpec) -> dict:
             "max_num_batched_tokens": None if spec.chunked_prefill else spec.max_model_len}
 
 
-def engine_load_logger(tags: dict, gauges: Any) -> type:
-    """A vLLM stat logger class that sets the engine's load gauges from its scheduler's stats each step:
-    requests running and waiting, KV cache usage (0-1) and the prefix cache's hit rate so far."""
+class EngineLoad:
+    """The engine's load as its own scheduler reports it after every step: the time some request was
+    running (busy), running requests x time, and prompt tokens looked up in / served from the prefix
+    cache, so a window's busy fraction, mean batch size and prefix-cache hit rate."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.since = self.last_t = time.perf_counter()
+        self.last_running = 0
+        self.busy_s = self.running_s = 0.0
+        self.prefix_queries = self.prefix_hits = 0
+
+    def record(self, running: int, prefix_queries: int = 0, prefix_hits: int = 0) -> None:
+        now = time.perf_counter()
+        self.prefix_queries += prefix_queries
+        self.prefix_hits += prefix_hits
+        if self.last_running > 0:
+            self.busy_s += now - self.last_t
+            self.running_s += self.last_running * (now - self.last_t)
+        self.last_t, self.last_running = now, running
+
+    def window(self, reset: bool = False) -> dict:
+        """Figures since the last reset (and start a new window if `reset`)."""
+        wall = max(time.perf_counter() - self.since, 1e-9)
+        figures = {"wall_s": wall, "busy_fraction": self.busy_s / wall,
+                   "mean_running": self.running_s / max(self.busy_s, 1e-9),
+                   "prefix_hit_rate": self.prefix_hits / max(self.prefix_queries, 1)}
+        if reset:
+            self.reset()
+        return figures
+
+
+def engine_load_logger(load: EngineLoad, tags: Optional[dict] = None, gauges: Any = None) -> type:
+    """A vLLM stat logger class fed the scheduler's stats each step: it keeps `load` and, with `gauges`,
+    sets the engine's load gauges: requests running and waiting, KV cache usage (0-1) and the prefix
+    cache's hit rate so far."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class EngineLoadLogger(StatLoggerBase):
         def __init__(self, vllm_config: Any, engine_index: int = 0):
-            self.prefix_queries = self.prefix_hits = 0
+            self.total = EngineLoad()   # the prefix cache's hit rate since start, for the gauge
 
         def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                    engine_idx: int = 0) -> None:
             if scheduler_stats is None:
                 return
+            prefix = scheduler_stats.prefix_cache_stats
+            looked_up = (prefix.queries, prefix.hits) if prefix is not None else (0, 0)
+            load.record(scheduler_stats.num_running_reqs, *looked_up)
+            self.total.record(scheduler_stats.num_running_reqs, *looked_up)
+            if gauges is None:
+                return
             gauges.set("engine_requests_running", scheduler_stats.num_running_reqs, tags)
             gauges.set("engine_requests_waiting", scheduler_stats.num_waiting_reqs, tags)
             gauges.set("engine_kv_cache_usage", scheduler_stats.kv_cache_usage, tags)
-            prefix = scheduler_stats.prefix_cache_stats
-            if prefix is not None and prefix.queries:
-                self.prefix_queries += prefix.queries
-                self.prefix_hits += prefix.hits
-                gauges.set("engine_prefix_cache_hit_rate", self.prefix_hits / self.prefix_queries, tags)
+            if self.total.prefix_queries:
+                gauges.set("engine_prefix_cache_hit_rate", self.total.window()["prefix_hit_rate"], tags)
 
         def log_engine_initialized(self) -> None:
             pass
@@ -123,6 +161,7 @@ class VLLMEngine:
         self._requests = 0
         self.in_flight = 0
         self.weight_transfer_ready = False
+        self.load = EngineLoad()
         self.gauges = None
         if spec.metrics_tags is not None:
             from actors.gauges import RayGauges
@@ -139,7 +178,7 @@ class VLLMEngine:
 
         args = AsyncEngineArgs(
             model=self.spec.model_path, **engine_kwargs(self.spec),
-            worker_extension_cls=WORKER_EXTENSION, disable_log_stats=self.gauges is None,
+            worker_extension_cls=WORKER_EXTENSION, disable_log_stats=False,
             enable_sleep_mode=self.spec.sleep_mode,
             weight_transfer_config=({"backend": self.spec.weight_transfer_backend}
                                     if self.spec.weight_transfer_backend else None),
@@ -150,7 +189,7 @@ class VLLMEngine:
             # it a small model pads structured output with newlines until max_tokens runs out.
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
         )
-        loggers = None if self.gauges is None else [engine_load_logger(self.spec.metrics_tags, self.gauges)]
+        loggers = [engine_load_logger(self.load, self.spec.metrics_tags, self.gauges)]
         self.engine = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
         self._set_load(0)
         self.started_s = time.perf_counter() - t0
@@ -248,13 +287,43 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
     """The engine of `role` (agent_policy or user_sim): CUDA settings where the role has GPUs."""
     on_gpu = getattr(cfg.placement, role).gpus > 0
     transport = cfg.weight_sync.transport
-    return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=cfg.engine.kv_cache_mb,
+    tensor_parallel = (cfg.agent if role == "agent_policy" else cfg.user_sim).tensor_parallel_size
+    kv_cache_mb = cfg.engine.kv_cache_mb
+    if kv_cache_mb == "auto":
+        kv_cache_mb = auto_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
+    return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=kv_cache_mb,
                       max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
-                      seed=seed, omp_threads_bind=omp_threads_bind,
-                      tensor_parallel_size=(cfg.agent if role == "agent_policy" else cfg.user_sim).tensor_parallel_size,
+                      seed=seed, omp_threads_bind=omp_threads_bind, tensor_parallel_size=tensor_parallel,
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
                       weight_transfer_backend=transport if role == "agent_policy" and transport in VLLM_TRANSFER_BACKENDS
                       else "")
+
+
+_kv_logged: set = set()
+
+
+def auto_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: int, on_gpu: bool) -> int:
+    """`engine.kv_cache_mb: auto` for one engine of `role` (sead_ray.memory_plan.auto_kv_cache_mb): the
+    agent's system prompt counted at 3 characters a token (an upper estimate), the memory available on
+    this node now as the cap on CPU; logged once per role and model."""
+    import logging
+    from pathlib import Path
+
+    import psutil
+
+    from sead_ray import memory_plan
+    from sead_ray.prompts.agent import agent_system_prompt
+    from sead_ray.scenario import load_scenario
+    shape = memory_plan.ModelShape.from_hf_config(Path(model_path) / "config.json")
+    prompt_tokens = len(agent_system_prompt(load_scenario(cfg.resolve_path(cfg.scenario)))) // 3
+    user_engines = cfg.user_sim.engines if isinstance(cfg.user_sim.engines, int) else 1
+    engines = cfg.agent.engines + (user_engines if cfg.user_sim.backend == "vllm" else 0)
+    mb, why = memory_plan.auto_kv_cache_mb(cfg, shape, tensor_parallel, prompt_tokens,
+                                           None if on_gpu else psutil.virtual_memory().available, engines)
+    if (role, model_path) not in _kv_logged:
+        _kv_logged.add((role, model_path))
+        logging.getLogger(__name__).info("%s engines: KV cache auto = %d MB (%s)", role, mb, why)
+    return mb
 
 
 def chat_completion_request(model: str, messages: list[dict], *, max_tokens: int, temperature: float, top_p: float,

@@ -4,7 +4,8 @@ the trainer's ranks to every agent engine.
 Every trainer rank calls `send(source, version)` with the same `source` (under ZeRO-3 gathering each
 parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`.
 
-- `shm`:          same node. Rank 0 writes one safetensors file under /dev/shm; each engine reloads it.
+- `shm`:          same node. Rank 0 copies each parameter into its place in one safetensors file under
+                  /dev/shm, overwritten version after version; each engine reloads from it where it lies.
 - `object_store`: any node. Rank 0 `ray.put`s buckets of about `bucket_mb`; each engine fetches them.
 - `gloo` / `nccl` / `ipc`: vLLM's RL weight-transfer API (`vllm.distributed.weight_transfer`):
                   the trainer engine of the backend streams tensors straight into every engine's
@@ -13,20 +14,15 @@ parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`
 """
 from __future__ import annotations
 
-import errno
 import logging
-import os
-import re
-import shutil
 import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from actors.weight_files import SharedWeightFile, discard, write_private_weights
 from sead_ray.trainer_protocol import SyncResult
 
 log = logging.getLogger(__name__)
@@ -52,67 +48,6 @@ class WeightSource(Protocol):
 class WeightTransport(Protocol):
     def send(self, source: WeightSource, version: int) -> Optional[SyncResult]: ...
     def close(self) -> None: ...
-
-
-def _shm_dir() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-
-
-_WEIGHT_FILE = re.compile(r"^sead-(?:weights|recv)-(\d+)-v\d+-.*\.safetensors$")
-_swept = False
-
-
-def sweep_stale_weight_files(directory: Optional[str] = None) -> list[str]:
-    """Remove this user's weight files whose writing process is gone (a killed run leaves its last
-    version in shared memory, RAM that nothing frees); the writer's pid is in the name."""
-    directory = directory or _shm_dir()
-    removed = []
-    for name in os.listdir(directory):
-        match = _WEIGHT_FILE.match(name)
-        path = os.path.join(directory, name)
-        if not match or int(match.group(1)) == os.getpid():
-            continue
-        try:
-            if os.stat(path).st_uid != os.getuid():
-                continue
-            os.kill(int(match.group(1)), 0)   # the writer lives: leave its file
-        except ProcessLookupError:
-            discard(path)
-            removed.append(path)
-        except (PermissionError, FileNotFoundError):
-            continue
-    if removed:
-        log.info("removed %d stale weight file(s) of dead processes from %s", len(removed), directory)
-    return removed
-
-
-def write_private_weights(tensors: dict, kind: str, version: int) -> str:
-    """Save tensors to a new file in shared memory that only this user can read (mkstemp: mode 0600 and
-    an unguessable name, so no other local user can read or swap the weights an engine loads); the file
-    is removed again if writing fails. The free space is checked first, and the first write of a process
-    sweeps stale files of dead writers."""
-    from safetensors.torch import save_file
-    global _swept
-    directory = _shm_dir()
-    if not _swept:
-        _swept = True
-        sweep_stale_weight_files(directory)
-    need, free = _nbytes(tensors.values()) + (1 << 20), shutil.disk_usage(directory).free
-    if need > free:
-        raise OSError(errno.ENOSPC, f"weights v{version} need {need / 2**20:.0f} MB in {directory}, "
-                                    f"{free / 2**20:.0f} MB free")
-    fd, path = tempfile.mkstemp(prefix=f"sead-{kind}-{os.getpid()}-v{version}-", suffix=".safetensors", dir=directory)
-    os.close(fd)
-    try:
-        save_file(tensors, path)
-    except BaseException:
-        discard(path)
-        raise
-    return path
-
-
-def _nbytes(tensors: Iterable[Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class GatheredWeights:
@@ -147,7 +82,7 @@ class _FileTransport:
     def close(self) -> None:
         """Nothing is held between versions."""
 
-    def publish(self, pairs: Iterable[tuple[str, Any]], version: int) -> WeightHandle:
+    def publish(self, source: WeightSource, version: int) -> WeightHandle:
         raise NotImplementedError
 
     def send(self, source: WeightSource, version: int) -> Optional[SyncResult]:
@@ -157,30 +92,37 @@ class _FileTransport:
             for _ in source:
                 pass
             return None
-        handle = self.publish(((n, t.detach().to("cpu", copy=True)) for n, t in source), version)
+        handle = self.publish(source, version)
         published = time.perf_counter() - t0
-        try:
-            applied = ray.get([agent.apply_weights.remote(handle) for agent in self.agents])
-        finally:
-            if handle.path:
-                discard(handle.path)
+        applied = ray.get([agent.apply_weights.remote(handle) for agent in self.agents])
         return SyncResult(version, handle.nbytes / 2**20, published, max(a["apply_s"] for a in applied),
                           time.perf_counter() - t0)
 
 
 class ShmTransport(_FileTransport):
-    def publish(self, pairs, version):
-        tensors = {name: t.contiguous() for name, t in pairs}
-        path = write_private_weights(tensors, "weights", version)
-        return WeightHandle(version, "shm", path=path, nbytes=_nbytes(tensors.values()))
+    """One file for the transport's life, laid out from the first source's metadata: each version is one
+    copy of every parameter into it (no serialising, no new pages), and the engines read it in place.
+    Versions never overlap: `send` returns once every engine applied the version."""
+    file: Optional[SharedWeightFile] = None
+
+    def publish(self, source, version):
+        if self.file is None:
+            self.file = SharedWeightFile([(m.name, m.dtype, m.shape) for m in source.metadata()], version)
+        nbytes = self.file.write(source)
+        return WeightHandle(version, "shm", path=self.file.path, nbytes=nbytes)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 class ObjectStoreTransport(_FileTransport):
-    def publish(self, pairs, version):
+    def publish(self, source, version):
         import ray
         buckets, current, size, total = [], {}, 0, 0
-        for name, t in pairs:
-            current[name] = t.contiguous()
+        for name, t in source:
+            current[name] = t.detach().to("cpu", copy=True).contiguous()   # valid past the gather
             size += t.numel() * t.element_size()
             if size >= self.bucket_mb << 20:
                 buckets.append(ray.put(current))
@@ -193,7 +135,7 @@ class ObjectStoreTransport(_FileTransport):
 
 def materialize(handle: WeightHandle) -> tuple[str, bool]:
     """On an engine's side: a local safetensors path for the handle, and whether to delete it after
-    (the publisher removes a shm file once every engine applied it)."""
+    (a shm file belongs to the trainer, which overwrites it with the next version)."""
     if handle.transport == "shm":
         return handle.path, False
     import ray
@@ -201,13 +143,6 @@ def materialize(handle: WeightHandle) -> tuple[str, bool]:
     for bucket in ray.get(list(handle.buckets)):
         tensors.update(bucket)
     return write_private_weights(tensors, "recv", handle.version), True
-
-
-def discard(path: str) -> None:
-    try:
-        Path(path).unlink()
-    except FileNotFoundError:
-        pass
 
 
 async def apply_handle(engine: Any, handle: WeightHandle) -> tuple[int, float]:

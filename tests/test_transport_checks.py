@@ -69,7 +69,7 @@ def test_weight_files_are_private_unguessable_and_never_left_half_written(monkey
 
     import torch
 
-    from actors import weight_sync
+    from actors import weight_files as weight_sync
     tensors = {"w": torch.ones(3)}
     a, b = (weight_sync.write_private_weights(tensors, "weights", 1) for _ in range(2))
     mine = f"sead-weights-{os.getpid()}-v1-"   # other runs on this machine write their own weight files
@@ -86,7 +86,7 @@ def test_weight_files_are_private_unguessable_and_never_left_half_written(monkey
     monkeypatch.setattr("safetensors.torch.save_file", disk_full)
     with pytest.raises(OSError, match="No space left"):
         weight_sync.write_private_weights(tensors, "weights", 2)
-    assert not [f for f in os.listdir(weight_sync._shm_dir()) if f.startswith(f"sead-weights-{os.getpid()}-v2-")]
+    assert not [f for f in os.listdir(weight_sync.shm_dir()) if f.startswith(f"sead-weights-{os.getpid()}-v2-")]
 
 
 def test_too_little_space_is_refused_before_writing(monkeypatch):
@@ -95,18 +95,18 @@ def test_too_little_space_is_refused_before_writing(monkeypatch):
 
     import torch
 
-    from actors import weight_sync
+    from actors import weight_files as weight_sync
     monkeypatch.setattr("shutil.disk_usage", lambda d: collections.namedtuple("u", "total used free")(1, 1, 1000))
     with pytest.raises(OSError, match=r"weights v3 need \d+ MB in .*, 0 MB free"):
         weight_sync.write_private_weights({"w": torch.ones(1000)}, "weights", 3)
-    assert not [f for f in os.listdir(weight_sync._shm_dir()) if f.startswith(f"sead-weights-{os.getpid()}-v3-")]
+    assert not [f for f in os.listdir(weight_sync.shm_dir()) if f.startswith(f"sead-weights-{os.getpid()}-v3-")]
 
 
 def test_stale_weight_files_of_dead_writers_are_swept(tmp_path):
     import os
     import subprocess
 
-    from actors import weight_sync
+    from actors import weight_files as weight_sync
     dead = subprocess.Popen(["true"])
     dead.wait()
     live = os.getppid()
@@ -119,3 +119,33 @@ def test_stale_weight_files_of_dead_writers_are_swept(tmp_path):
     removed = weight_sync.sweep_stale_weight_files(str(tmp_path))
     assert sorted(os.path.basename(p) for p in removed) == sorted(list(files)[:2])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(list(files)[2:])
+
+
+def test_the_shm_file_is_rewritten_in_place_and_reads_as_safetensors_without_a_copy():
+    import os
+    import stat
+
+    import torch
+    from safetensors.torch import load_file
+
+    from actors.weight_files import SharedWeightFile, map_weight_file
+    # mixed element sizes, a scalar and an odd length: every tensor still lands aligned
+    first = {"a.weight": torch.randn(3, 5), "b.bias": torch.arange(7, dtype=torch.bfloat16),
+             "c.step": torch.tensor(4, dtype=torch.int64), "d.mask": torch.tensor([True, False, True])}
+    shared = SharedWeightFile([(n, t.dtype, tuple(t.shape)) for n, t in first.items()], version=1)
+    try:
+        assert stat.S_IMODE(os.stat(shared.path).st_mode) == 0o600
+        assert os.path.basename(shared.path).startswith(f"sead-weights-{os.getpid()}-v1-")
+        shared.write(first.items())
+        assert {n: t.tolist() for n, t in load_file(shared.path).items()} == {n: t.tolist() for n, t in first.items()}
+        second = {n: (t + 1 if t.dtype != torch.bool else ~t) for n, t in first.items()}
+        mapped = map_weight_file(shared.path)
+        shared.write(second.items())          # the next version, same file
+        assert {n: t.tolist() for n, t in mapped.items()} == {n: t.tolist() for n, t in second.items()}
+        with pytest.raises(ValueError, match=r"'a.weight' \(5, 3\) is not in the file's layout \(\(3, 5\)\)"):
+            shared.write([("a.weight", torch.zeros(5, 3))])
+        with pytest.raises(ValueError, match="1 weight\\(s\\) of the layout were not sent"):
+            shared.write([(n, t) for n, t in first.items() if n != "b.bias"])
+    finally:
+        shared.close()
+    assert not os.path.exists(shared.path)
