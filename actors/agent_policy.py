@@ -121,6 +121,10 @@ class AgentPolicyActor:
     def stats(self) -> dict:
         return {"version": self.version, "tokens_generated": self.tokens_generated, "events": list(self.events)}
 
+    def engine_load(self, reset: bool = False) -> dict:
+        """Busy fraction and mean running requests since the last reset, from the engine's scheduler."""
+        return self.engine.load.window(reset)
+
     def shutdown(self) -> None:
         self.engine.shutdown()
 

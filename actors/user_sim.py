@@ -105,6 +105,12 @@ class UserSimActor:
     def stats(self) -> dict:
         return {"name": self.name, "turns": self.turns, "version": self.version}
 
+    def engine_load(self, reset: bool = False) -> Optional[dict]:
+        """As AgentPolicyActor.engine_load; None for the rule simulator (no engine)."""
+        if self.engine is None:
+            return None
+        return self.engine.load.window(reset)
+
     def shutdown(self) -> None:
         if self.engine is not None:
             self.engine.shutdown()

@@ -6,7 +6,8 @@ dialogue dependencies (same prompts and seeds, so the same generations).
     python benchmarks/rollout_throughput.py                       # embedded SmolLM2 agent and simulator, 32 calls
     python benchmarks/rollout_throughput.py --n 16 --rounds 2 --set dialogue.max_turns=8 --json r.json
 
-Prints dialogues/s and generated agent tokens/s for each schedule and the ratios `async_over_turn_sync`
+Prints dialogues/s, generated agent tokens/s, and the agent engine's busy fraction and mean batch (running
+requests while busy, from its scheduler's own stats) for each schedule, and the ratios `async_over_turn_sync`
 and `async_over_ceiling` (also the top-level keys of `--json`). Every schedule starts from a cold prefix
 cache; the order alternates across rounds so none profits from warm-up.
 """
@@ -56,9 +57,25 @@ async def main(args) -> dict:
     await run_dialogues(roles.endpoints(), cfg, scenario, profiles[:2], iteration=99, phase="warm-up", sampling=sampling)
     figures: dict = {"async": [], "turn_sync": [], "ceiling": []}
 
+    engines = list(roles.agents.actors.values()) + list(roles.users.actors.values())
+
     async def cold_caches() -> None:
-        await asyncio.gather(roles.agent.reset_prefix_cache.remote(),
-                             *(a.reset_prefix_cache.remote() for a in roles.users.actors.values()))
+        """Cold prefix caches, and a new load window on every engine."""
+        await asyncio.gather(*(a.reset_prefix_cache.remote() for a in engines))
+        await asyncio.gather(*(a.engine_load.remote(reset=True) for a in engines))
+
+    async def engine_load() -> dict:
+        """The agent engines' busy fraction and mean running requests over the window (their scheduler's
+        stats), and the simulator engines' where they are LLMs."""
+        windows = await asyncio.gather(*(a.engine_load.remote() for a in engines))
+        agents, users = windows[:len(roles.agents.actors)], [w for w in windows[len(roles.agents.actors):] if w]
+        out = {}
+        for role, ws in (("agent", agents), ("user", users)):
+            if ws:
+                out[f"{role}_busy_fraction"] = sum(w["busy_fraction"] for w in ws) / len(ws)
+                out[f"{role}_mean_running"] = sum(w["mean_running"] for w in ws) / len(ws)
+                out[f"{role}_prefix_hit_rate"] = sum(w["prefix_hit_rate"] for w in ws) / len(ws)
+        return out
     try:
         for r in range(args.rounds):
             order = ("turn_sync", "async") if r % 2 == 0 else ("async", "turn_sync")
@@ -73,12 +90,13 @@ async def main(args) -> dict:
                 turns = sum(len(t.turns) for t in res.trajectories)
                 figures[schedule].append({"wall_s": res.wall_s, "dialogues_per_s": res.dialogues_per_s,
                                           "agent_tokens_per_s": res.agent_tokens_per_s, "agent_turns": turns,
-                                          "agent_tokens": res.agent_tokens})
+                                          "agent_tokens": res.agent_tokens, **await engine_load()})
                 if schedule == "async":   # the same requests with no dependencies between them
                     await cold_caches()
                     wall = await replay(roles.endpoints(), calls)
                     figures["ceiling"].append({"wall_s": wall, "dialogues_per_s": len(profiles) / wall,
-                                               "agent_tokens_per_s": res.agent_tokens / wall, "requests": len(calls)})
+                                               "agent_tokens_per_s": res.agent_tokens / wall, "requests": len(calls),
+                                               **await engine_load()})
     finally:
         await shutdown_rollout_roles(roles)
         ray.shutdown()
@@ -91,17 +109,21 @@ async def main(args) -> dict:
         "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
         "user_engines": len(roles.users.actors), "max_turns": cfg.dialogue.max_turns,
         **{f"{s}_{k}": mean(s, k) for s in figures for k in ("dialogues_per_s", "agent_tokens_per_s", "wall_s")},
+        **{f"{s}_{k}": mean(s, k) for s in figures for k in ("agent_busy_fraction", "agent_mean_running",
+                                                  "agent_prefix_hit_rate")},
         "runs": figures,
     }
     summary["async_over_turn_sync"] = summary["async_dialogues_per_s"] / summary["turn_sync_dialogues_per_s"]
     summary["async_over_ceiling"] = summary["async_dialogues_per_s"] / summary["ceiling_dialogues_per_s"]
     print(f"\nrollout throughput: {args.n} dialogues x {args.rounds} round(s), agent {summary['agent']}, "
           f"user {summary['user_sim']} x {summary['user_engines']}, T_max {summary['max_turns']}")
-    print(f"{'schedule':<22}{'dialogues/s':>14}{'agent tokens/s':>17}{'wall s':>10}")
+    print(f"{'schedule':<22}{'dialogues/s':>14}{'agent tokens/s':>17}{'wall s':>10}{'engine busy':>13}"
+          f"{'mean batch':>12}{'prefix hits':>13}")
     for s, label in (("async", "per-dialogue async"), ("turn_sync", "turn-synchronous"),
                      ("ceiling", "replay (ceiling)")):
         print(f"{label:<22}{summary[s + '_dialogues_per_s']:>14.4f}{summary[s + '_agent_tokens_per_s']:>17.1f}"
-              f"{summary[s + '_wall_s']:>10.1f}")
+              f"{summary[s + '_wall_s']:>10.1f}{summary[s + '_agent_busy_fraction']:>13.0%}"
+              f"{summary[s + '_agent_mean_running']:>12.1f}{summary[s + '_agent_prefix_hit_rate']:>13.0%}")
     print(f"async / turn-sync x{summary['async_over_turn_sync']:.2f}; async / ceiling "
           f"{summary['async_over_ceiling']:.0%}")
     from benchmarks.weight_sync import cpu_flags

@@ -136,7 +136,9 @@ class UserSimConfig:
 
 @dataclass
 class EngineConfig:
-    kv_cache_mb: int = _f(512, 16, 1 << 22)
+    kv_cache_mb: Union[int, Literal["auto"]] = _f(512, 16, 1 << 22, "KV cache per engine in MB, or auto: room for "
+                                                  "max_num_seqs calls at their longest (CPU: at most a quarter of "
+                                                  "the free memory, shared by the engines), logged at start")
     max_num_seqs: int = _f(64, 1, 4096)
     max_model_len: int = _f(4096, 128, 1 << 20)
     # CPU engines pin their OpenMP threads; vLLM's `auto` puts every engine on core 0, so `spread`

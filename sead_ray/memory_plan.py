@@ -2,10 +2,11 @@
 
 Trainer ranks hold ZeRO-3 shards of the parameters, gradients and optimizer state, the gathered
 parameters of the layers in flight, the activations of one micro-batch (with gradient checkpointing,
-the layer inputs plus one layer's recompute) and the logits of the trained positions only (the
-trainer computes them from the first trained position on). Engines hold their share of the weights
-(tensor parallel) and the configured KV cache. Estimates: allocator fragmentation, CUDA graphs and
-communication buffers come on top (a few GiB per GPU).
+the layer inputs plus one layer's recompute) and the logits of the trained positions only. Engines
+hold their share of the weights (tensor parallel) and the KV cache: configured, or with
+`engine.kv_cache_mb: auto` what `max_num_seqs` calls at their longest need (`auto_kv_cache_mb`).
+Estimates: allocator fragmentation, CUDA graphs and communication buffers come on top (a few GiB per
+GPU).
 """
 from __future__ import annotations
 
@@ -93,16 +94,57 @@ def trainer_plan(cfg: Any, m: ModelShape) -> dict[str, float]:
     return plan
 
 
+def kv_bytes_per_token(cfg: Any, m: ModelShape, tensor_parallel: int) -> float:
+    """K and V of every layer for one token, on one of `tensor_parallel` devices."""
+    return 2 * m.layers * m.kv_heads * m.head_dim * DTYPE_BYTES[cfg.models.dtype] / tensor_parallel
+
+
+# Chat-template, quoting and state-line tokens around each exchange of a call (an upper estimate)
+TEMPLATE_TOKENS_PER_TURN = 32
+# With `engine.kv_cache_mb: auto` on CPU, the KV caches take at most this share of the memory available
+# when the engines start (the trainer and the engines' weights need the rest), split among the engines.
+AUTO_KV_SHARE = 0.25
+
+
+def call_tokens(cfg: Any, prompt_tokens: int) -> int:
+    """The longest call an engine holds: the system prompt and `max_turns` exchanges at their token caps,
+    within max_model_len."""
+    d = cfg.dialogue
+    per_turn = max(d.agent_train.max_tokens, d.agent_eval.max_tokens) + d.user.max_tokens + TEMPLATE_TOKENS_PER_TURN
+    return min(cfg.engine.max_model_len, prompt_tokens + d.max_turns * per_turn)
+
+
+def auto_kv_cache_mb(cfg: Any, m: ModelShape, tensor_parallel: int, prompt_tokens: int,
+                     available_bytes: Optional[float] = None, engines: int = 1) -> tuple[int, str]:
+    """`engine.kv_cache_mb: auto`: room for `max_num_seqs` calls at their longest (no prefix shared), at
+    most AUTO_KV_SHARE of `available_bytes` split among `engines` (CPU; None: no cap). Returns the MB and
+    how they were chosen, for the log."""
+    per_call = call_tokens(cfg, prompt_tokens)
+    need = cfg.engine.max_num_seqs * per_call * kv_bytes_per_token(cfg, m, tensor_parallel)
+    why = f"{cfg.engine.max_num_seqs} calls x {per_call:,} tokens"
+    if available_bytes is not None and available_bytes * AUTO_KV_SHARE / engines < need:
+        need = available_bytes * AUTO_KV_SHARE / engines
+        why += (f" capped at {AUTO_KV_SHARE:.0%} of the {available_bytes / GIB:.1f} GiB available, "
+                f"over {engines} engine(s)")
+    return max(16, int(need / 2**20)), why
+
+
+def kv_cache_bytes(cfg: Any, m: ModelShape, tensor_parallel: int) -> float:
+    """The configured KV cache; for `auto`, the calls' budget with a system prompt of 1,024 tokens."""
+    if cfg.engine.kv_cache_mb == "auto":
+        return auto_kv_cache_mb(cfg, m, tensor_parallel, prompt_tokens=1024)[0] * 2**20
+    return cfg.engine.kv_cache_mb * 2**20
+
+
 def engine_plan(cfg: Any, m: ModelShape, tensor_parallel: int) -> dict[str, float]:
     b = DTYPE_BYTES[cfg.models.dtype]
     return {"weights (tensor-parallel share)": m.params * b / tensor_parallel,
-            "KV cache (engine.kv_cache_mb)": cfg.engine.kv_cache_mb * 2**20}
+            f"KV cache (engine.kv_cache_mb: {cfg.engine.kv_cache_mb})": kv_cache_bytes(cfg, m, tensor_parallel)}
 
 
 def kv_tokens(cfg: Any, m: ModelShape, tensor_parallel: int) -> int:
-    """Tokens the configured KV cache holds (K and V of every layer)."""
-    per_token = 2 * m.layers * m.kv_heads * m.head_dim * DTYPE_BYTES[cfg.models.dtype] / tensor_parallel
-    return int(cfg.engine.kv_cache_mb * 2**20 / per_token)
+    """Tokens the KV cache holds."""
+    return int(kv_cache_bytes(cfg, m, tensor_parallel) / kv_bytes_per_token(cfg, m, tensor_parallel))
 
 
 def format_plan(cfg: Any, agent: ModelShape, user: Optional[ModelShape]) -> str:

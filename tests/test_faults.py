@@ -1,5 +1,5 @@
 """Fault injection on real parts (tiny Llama agent on vLLM-CPU, rule simulator, Ray Train + DeepSpeed
-ZeRO-3 on 2 CPU workers): roles are killed mid-iteration and the run must go on, or fail keeping its
+ZeRO-1 on 2 CPU workers, the CPU default): roles are killed mid-iteration and the run must go on, or fail keeping its
 last completed iteration and resume from it. Each assertion says what would have been lost.
 
 The driver SIGKILL case is tests/test_resume.py; a user engine killed in a pool of one is

@@ -36,3 +36,26 @@ def test_plan_command_prints_every_role():
     assert proc.returncode == 0, proc.stderr
     for part in ("trainer: 4 ZeRO-3 ranks", "agent engine", "user-simulator engine", "logits of trained positions"):
         assert part in proc.stdout
+
+
+def test_auto_kv_cache_holds_the_longest_calls_and_leaves_the_rest_of_the_memory():
+    from sead_ray.config import ConfigError
+    from sead_ray.memory_plan import auto_kv_cache_mb, kv_bytes_per_token, kv_tokens
+    cfg = load_config(ROOT / "configs" / "embedded.yaml",
+                      ["engine.kv_cache_mb=auto", "dialogue.max_turns=4", "engine.max_num_seqs=32",
+                       "dialogue.agent_train.max_tokens=48", "dialogue.agent_eval.max_tokens=48",
+                       "dialogue.user.max_tokens=96"])
+    smollm = ModelShape("SmolLM2-135M", 30, 576, 1536, 9, 3, 49152, True)
+    assert kv_bytes_per_token(cfg, smollm, 1) == 2 * 30 * 3 * 64 * 4            # K and V, fp32
+    per_call = 800 + 4 * (48 + 96 + 32)                                          # prompt + 4 exchanges
+    mb, why = auto_kv_cache_mb(cfg, smollm, 1, prompt_tokens=800)
+    assert mb == int(32 * per_call * 46080 / 2**20) and why == f"32 calls x {per_call:,} tokens"
+    # a call never exceeds the context window
+    long = load_config(ROOT / "configs" / "embedded.yaml", ["engine.kv_cache_mb=auto", "engine.max_model_len=1024"])
+    assert auto_kv_cache_mb(long, smollm, 1, prompt_tokens=800)[1].endswith("x 1,024 tokens")
+    # on CPU at most a quarter of the free memory, shared by the engines
+    capped, why = auto_kv_cache_mb(cfg, smollm, 1, prompt_tokens=800, available_bytes=4 * GIB, engines=2)
+    assert capped == 512 and "capped at 25% of the 4.0 GiB available, over 2 engine(s)" in why
+    assert kv_tokens(load_config(ROOT / "configs" / "embedded.yaml", ["engine.kv_cache_mb=512"]), smollm, 1) == 11650
+    with pytest.raises(ConfigError, match="kv_cache_mb"):
+        load_config(ROOT / "configs" / "embedded.yaml", ["engine.kv_cache_mb=big"])

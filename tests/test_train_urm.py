@@ -1,5 +1,5 @@
 """The paper's train-URM ablation on real parts (`user_sim.train`): a second trainer group (Ray Train +
-DeepSpeed ZeRO-3, 2 CPU workers) trains the LLM simulator on its own turns with the opposite reward and
+DeepSpeed ZeRO-1, 2 CPU workers) trains the LLM simulator on its own turns with the opposite reward and
 sends its weights to the simulator engines; checkpoints hold both models and a resumed run continues
 both."""
 import asyncio
