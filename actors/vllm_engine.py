@@ -290,7 +290,7 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
     tensor_parallel = (cfg.agent if role == "agent_policy" else cfg.user_sim).tensor_parallel_size
     kv_cache_mb = cfg.engine.kv_cache_mb
     if kv_cache_mb == "auto":
-        kv_cache_mb = auto_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
+        kv_cache_mb = engine_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
     return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=kv_cache_mb,
                       max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
                       seed=seed, omp_threads_bind=omp_threads_bind, tensor_parallel_size=tensor_parallel,
@@ -302,7 +302,7 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
 _kv_logged: set = set()
 
 
-def auto_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: int, on_gpu: bool) -> int:
+def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: int, on_gpu: bool) -> int:
     """`engine.kv_cache_mb: auto` for one engine of `role` (sead_ray.memory_plan.auto_kv_cache_mb): the
     agent's system prompt counted at 3 characters a token (an upper estimate), the memory available on
     this node now as the cap on CPU; logged once per role and model."""

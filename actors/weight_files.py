@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -102,23 +103,24 @@ def nbytes_of(tensors: Iterable[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def safetensors_header(specs: Iterable[tuple[str, Any, tuple]]) -> tuple[bytes, dict[str, tuple[int, int]]]:
-    """The header of a safetensors file holding tensors `(name, torch dtype, shape)`, and each tensor's
-    (start, end) in the data after it. Larger elements first, so every tensor is aligned to its element
-    size (the header is padded to 8 bytes, and the format allows no gaps)."""
-    import torch
-    entries, offsets, at = {}, {}, 0
-    for name, dtype, shape in sorted(specs, key=lambda s: (-torch.empty((), dtype=s[1]).element_size(), s[0])):
-        n = 1
-        for d in shape:
-            n *= int(d)
-        end = at + n * torch.empty((), dtype=dtype).element_size()
+def tensor_nbytes(dtype: Any, shape: Iterable[int]) -> int:
+    """Bytes of a tensor of `dtype` and `shape` (a torch dtype; no tensor needed)."""
+    return math.prod(int(d) for d in shape) * dtype.itemsize
+
+
+def safetensors_header(specs: Iterable[tuple[str, Any, tuple]]) -> tuple[bytes, dict]:
+    """The header of a safetensors file holding tensors `(name, torch dtype, shape)`, and its entries
+    (dtype tag, shape, (start, end) in the data after the header). Larger elements first, so every tensor
+    is aligned to its element size (the header is padded to 8 bytes, and the format allows no gaps)."""
+    entries, at = {}, 0
+    for name, dtype, shape in sorted(specs, key=lambda s: (-s[1].itemsize, s[0])):
+        end = at + tensor_nbytes(dtype, shape)
         entries[name] = {"dtype": _TAGS[str(dtype).removeprefix("torch.")], "shape": [int(d) for d in shape],
                          "data_offsets": [at, end]}
-        offsets[name], at = (at, end), end
+        at = end
     header = json.dumps(entries, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)
-    return struct.pack("<Q", len(header)) + header, offsets
+    return struct.pack("<Q", len(header)) + header, entries
 
 
 def _typed_views(buffer: Any, header_len: int, entries: dict) -> dict:
@@ -140,8 +142,8 @@ class SharedWeightFile:
 
     def __init__(self, specs: list[tuple[str, Any, tuple]], version: int):
         import torch
-        header, self.offsets = safetensors_header(specs)
-        self.nbytes = max((end for _, end in self.offsets.values()), default=0)
+        header, entries = safetensors_header(specs)
+        self.nbytes = max((e["data_offsets"][1] for e in entries.values()), default=0)
         self.path = new_private_file("weights", version, len(header) + self.nbytes)
         self._finalizer = weakref.finalize(self, discard, self.path)
         try:
@@ -149,7 +151,7 @@ class SharedWeightFile:
                 f.write(header)
                 f.truncate(len(header) + self.nbytes)
             mapped = torch.from_file(self.path, shared=True, size=len(header) + self.nbytes, dtype=torch.uint8)
-            self.views = _typed_views(mapped, len(header), json.loads(header[8:]))
+            self.views = _typed_views(mapped, len(header), entries)
         except BaseException:
             self.close()
             raise

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional, Protocol
 
-from actors.weight_files import SharedWeightFile, discard, write_private_weights
+from actors.weight_files import SharedWeightFile, discard, tensor_nbytes, write_private_weights
 from sead_ray.trainer_protocol import SyncResult
 
 log = logging.getLogger(__name__)
@@ -256,7 +256,7 @@ class VllmApiTransport:
         self.engine.send_weights()
         if self.rank != 0:
             return None
-        nbytes = sum(_numel(m.shape) * _element_size(m.dtype) for m in source.metadata())
+        nbytes = sum(tensor_nbytes(m.dtype, m.shape) for m in source.metadata())
         # gathering and sending are one stream here: no separate publish time
         return SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0)
 
@@ -277,18 +277,6 @@ class _Relay:
 
     def __iter__(self):
         return iter(self.current)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
-def _element_size(dtype) -> int:
-    import torch
-    return torch.empty((), dtype=dtype).element_size()
 
 
 TRANSPORTS: dict[str, Callable[..., WeightTransport]] = {

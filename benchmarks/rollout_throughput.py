@@ -108,9 +108,9 @@ async def main(args) -> dict:
         "n": args.n, "rounds": args.rounds, "agent": cfg.models.agent,
         "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
         "user_engines": len(roles.users.actors), "max_turns": cfg.dialogue.max_turns,
-        **{f"{s}_{k}": mean(s, k) for s in figures for k in ("dialogues_per_s", "agent_tokens_per_s", "wall_s")},
-        **{f"{s}_{k}": mean(s, k) for s in figures for k in ("agent_busy_fraction", "agent_mean_running",
-                                                  "agent_prefix_hit_rate")},
+        **{f"{s}_{k}": mean(s, k) for s in figures for k in ("dialogues_per_s", "agent_tokens_per_s", "wall_s",
+                                                             "agent_busy_fraction", "agent_mean_running",
+                                                             "agent_prefix_hit_rate")},
         "runs": figures,
     }
     summary["async_over_turn_sync"] = summary["async_dialogues_per_s"] / summary["turn_sync_dialogues_per_s"]
