@@ -24,6 +24,7 @@ class EngineSpec:
     kv_cache_mb: int = 512
     max_model_len: int = 4096
     max_num_seqs: int = 64
+    block_size: int = 0             # KV-cache block (prefix-cache granularity); 0 = vLLM's default
     seed: int = 0
     omp_threads_bind: str = ""      # e.g. "0" or "1": pin this engine to its own core(s) on CPU
     tensor_parallel_size: int = 1
@@ -82,7 +83,8 @@ def engine_kwargs(spec: EngineSpec) -> dict:
             "max_num_seqs": spec.max_num_seqs, "kv_cache_memory_bytes": spec.kv_cache_mb << 20,
             "enforce_eager": spec.enforce_eager, "tensor_parallel_size": spec.tensor_parallel_size,
             "enable_chunked_prefill": spec.chunked_prefill,
-            "max_num_batched_tokens": None if spec.chunked_prefill else spec.max_model_len}
+            "max_num_batched_tokens": None if spec.chunked_prefill else spec.max_model_len,
+            **({"block_size": spec.block_size} if spec.block_size else {})}
 
 
 class EngineLoad:
@@ -293,7 +295,8 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
         kv_cache_mb = engine_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
     return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=kv_cache_mb,
                       max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
-                      seed=seed, omp_threads_bind=omp_threads_bind, tensor_parallel_size=tensor_parallel,
+                      block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
+                      tensor_parallel_size=tensor_parallel,
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
                       weight_transfer_backend=transport if role == "agent_policy" and transport in VLLM_TRANSFER_BACKENDS
                       else "")

@@ -5,6 +5,11 @@ dialogue dependencies (same prompts and seeds, so the same generations).
 
     python benchmarks/rollout_throughput.py                       # embedded SmolLM2 agent and simulator, 32 calls
     python benchmarks/rollout_throughput.py --n 16 --rounds 2 --set dialogue.max_turns=8 --json r.json
+    python benchmarks/rollout_throughput.py --set user_sim.backend=rule --set curriculum.user_set=soft   # the demo's user
+
+The simulator is an LLM on its own engine by default (the paper's setting, and the one where the schedule
+matters: in lock-step turns each engine idles while the other generates). With the demo's `rule` user, which
+answers at once, both schedules keep the one agent engine about equally busy.
 
 Prints dialogues/s, generated agent tokens/s, and the agent engine's busy fraction and mean batch (running
 requests while busy, from its scheduler's own stats) for each schedule, and the ratios `async_over_turn_sync`
@@ -47,7 +52,8 @@ async def main(args) -> dict:
     from sead_ray.rollout import run_dialogues
     from sead_ray.scenario import load_scenario
 
-    cfg = load_config(args.config, ["ray.dashboard=false", "dialogue.max_turns=6"] + args.overrides)
+    cfg = load_config(args.config, ["ray.dashboard=false", "dialogue.max_turns=6", "user_sim.backend=vllm",
+                                         "curriculum.user_set="] + args.overrides)
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
     init_ray(cfg)
     roles = await start_rollout_roles(cfg, scenario, cfg.models.agent, with_stats=False)
@@ -104,26 +110,29 @@ async def main(args) -> dict:
     def mean(schedule, key):
         return sum(f[key] for f in figures[schedule]) / len(figures[schedule])
 
+    user_keys = ("user_busy_fraction", "user_prefix_hit_rate") if "user_busy_fraction" in figures["async"][0] else ()
     summary = {
         "n": args.n, "rounds": args.rounds, "agent": cfg.models.agent,
         "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
         "user_engines": len(roles.users.actors), "max_turns": cfg.dialogue.max_turns,
         **{f"{s}_{k}": mean(s, k) for s in figures for k in ("dialogues_per_s", "agent_tokens_per_s", "wall_s",
                                                              "agent_busy_fraction", "agent_mean_running",
-                                                             "agent_prefix_hit_rate")},
+                                                             "agent_prefix_hit_rate") + user_keys},
         "runs": figures,
     }
     summary["async_over_turn_sync"] = summary["async_dialogues_per_s"] / summary["turn_sync_dialogues_per_s"]
     summary["async_over_ceiling"] = summary["async_dialogues_per_s"] / summary["ceiling_dialogues_per_s"]
     print(f"\nrollout throughput: {args.n} dialogues x {args.rounds} round(s), agent {summary['agent']}, "
           f"user {summary['user_sim']} x {summary['user_engines']}, T_max {summary['max_turns']}")
-    print(f"{'schedule':<22}{'dialogues/s':>14}{'agent tokens/s':>17}{'wall s':>10}{'engine busy':>13}"
-          f"{'mean batch':>12}{'prefix hits':>13}")
+    print(f"{'schedule':<22}{'dialogues/s':>14}{'agent tokens/s':>17}{'wall s':>10}{'agent busy':>12}"
+          f"{'mean batch':>12}{'prefix hits':>13}" + (f"{'user busy':>11}{'user prefix hits':>18}" if user_keys else ""))
     for s, label in (("async", "per-dialogue async"), ("turn_sync", "turn-synchronous"),
                      ("ceiling", "replay (ceiling)")):
         print(f"{label:<22}{summary[s + '_dialogues_per_s']:>14.4f}{summary[s + '_agent_tokens_per_s']:>17.1f}"
-              f"{summary[s + '_wall_s']:>10.1f}{summary[s + '_agent_busy_fraction']:>13.0%}"
-              f"{summary[s + '_agent_mean_running']:>12.1f}{summary[s + '_agent_prefix_hit_rate']:>13.0%}")
+              f"{summary[s + '_wall_s']:>10.1f}{summary[s + '_agent_busy_fraction']:>12.0%}"
+              f"{summary[s + '_agent_mean_running']:>12.1f}{summary[s + '_agent_prefix_hit_rate']:>13.0%}"
+              + (f"{summary[s + '_user_busy_fraction']:>11.0%}{summary[s + '_user_prefix_hit_rate']:>18.0%}"
+                 if user_keys else ""))
     print(f"async / turn-sync x{summary['async_over_turn_sync']:.2f}; async / ceiling "
           f"{summary['async_over_ceiling']:.0%}")
     from benchmarks.weight_sync import cpu_flags

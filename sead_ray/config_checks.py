@@ -24,6 +24,9 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
     if cfg.user_sim.train and cfg.placement.colocate:
         raise ConfigError(f"{where}: user_sim.train = true needs placement.colocate = false (the simulator's trainer "
                           "has GPUs of its own)")
+    if cfg.engine.block_size % 16:
+        raise ConfigError(f"{where}: engine.block_size must be a multiple of 16 (or 0 for vLLM's default), "
+                          f"got {cfg.engine.block_size}")
     _check_engines(cfg, where)
     _check_transport(cfg, where)
 

@@ -39,6 +39,7 @@ def test_defaults_without_file():
     ("curriculum.profile_sampling=maybe", "curriculum.profile_sampling must be true or false"),
     ("user_sim.engines=many", "user_sim.engines"),
     ("curriculum.hard_below=0.9", "must not exceed curriculum.easy_above"),
+    ("engine.block_size=24", "engine.block_size must be a multiple of 16"),
     ("train=3", "train must be a mapping"),
     ("novalue", "expected KEY=VALUE"),
 ])
