@@ -140,9 +140,9 @@ class EngineConfig:
                                                   "max_num_seqs calls at their longest (CPU: at most a quarter of "
                                                   "the free memory, shared by the engines), logged at start")
     max_num_seqs: int = _f(64, 1, 4096)
-    block_size: int = _f(0, 0, 1024, "KV-cache block in tokens, a multiple of 16: the prefix cache reuses whole "
-                         "blocks, so smaller blocks reuse more of prompts that share a beginning; 0 = vLLM's "
-                         "default (128 on CPU, 16 on CUDA)")
+    block_size: int = _f(0, 0, 1024, "KV-cache block in tokens (a multiple of 32 on CPU, 16 on CUDA): the prefix "
+                         "cache reuses whole blocks, so smaller blocks reuse more of prompts that share a beginning; "
+                         "0 = vLLM's default (128 on CPU, 16 on CUDA)")
     max_model_len: int = _f(4096, 128, 1 << 20)
     # CPU engines pin their OpenMP threads; vLLM's `auto` puts every engine on core 0, so `spread`
     # gives engine i core i mod (cores of its node); `nobind` leaves threads unpinned.

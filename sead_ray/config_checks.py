@@ -24,9 +24,11 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
     if cfg.user_sim.train and cfg.placement.colocate:
         raise ConfigError(f"{where}: user_sim.train = true needs placement.colocate = false (the simulator's trainer "
                           "has GPUs of its own)")
-    if cfg.engine.block_size % 16:
-        raise ConfigError(f"{where}: engine.block_size must be a multiple of 16 (or 0 for vLLM's default), "
-                          f"got {cfg.engine.block_size}")
+    # vLLM's attention kernels take blocks of a multiple of 32 tokens on CPU, of 16 on CUDA
+    on_cpu = cfg.placement.agent_policy.gpus == 0 or (cfg.user_sim.backend == "vllm" and cfg.placement.user_sim.gpus == 0)
+    if cfg.engine.block_size % (32 if on_cpu else 16):
+        raise ConfigError(f"{where}: engine.block_size must be a multiple of {32 if on_cpu else 16} with engines on "
+                          f"{'CPU' if on_cpu else 'CUDA'} (or 0 for vLLM's default), got {cfg.engine.block_size}")
     _check_engines(cfg, where)
     _check_transport(cfg, where)
 

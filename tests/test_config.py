@@ -39,7 +39,7 @@ def test_defaults_without_file():
     ("curriculum.profile_sampling=maybe", "curriculum.profile_sampling must be true or false"),
     ("user_sim.engines=many", "user_sim.engines"),
     ("curriculum.hard_below=0.9", "must not exceed curriculum.easy_above"),
-    ("engine.block_size=24", "engine.block_size must be a multiple of 16"),
+    ("engine.block_size=48", "engine.block_size must be a multiple of 32 with engines on CPU"),
     ("train=3", "train must be a mapping"),
     ("novalue", "expected KEY=VALUE"),
 ])
