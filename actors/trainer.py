@@ -115,6 +115,8 @@ class _Worker:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         torch.manual_seed(s.seed + self.rank)
+        if s.threads:
+            torch.set_num_threads(s.threads)
         ds_config = deepspeed_config(s, self.world)
         dtype = getattr(torch, s.dtype)
         # Kept alive so from_pretrained partitions the weights at load time (zero.Init) under ZeRO-3.
@@ -157,20 +159,24 @@ class _Worker:
 
     def step(self, request: StepRequest, shard: list[Sample]) -> RankStepResult:
         """One GRPO update over this rank's shard."""
-        from sead_ray.grpo import grpo_update, micro_batches
+        from sead_ray.grpo import gradient_norm, grpo_update, micro_batches
         t0 = time.perf_counter()
         s = self.settings
         batches = micro_batches(shard, s.micro_batch_size, self.pad_id, s.max_seq_len, pad_to=s.grad_accum_steps)
+        norm_at_zero0 = None
 
         def backward_and_step(loss):
-            self.engine.backward(loss)
+            nonlocal norm_at_zero0
+            self.engine.backward(loss)     # at the boundary, ZeRO-0 has all-reduced the gradients here
+            if s.zero_stage == 0 and self.engine.is_gradient_accumulation_boundary():
+                norm_at_zero0 = gradient_norm(self.engine.module.parameters())
             self.engine.step()
         result = grpo_update(self._logprob_fn(self.engine), backward_and_step, batches, s, rank=self.rank,
                              world_size=self.world, global_tokens=request.global_tokens,
                              reference=self._logprob_fn(self.ref) if self.ref is not None else None, device=self.device)
         self.steps += 1
         _release_freed_memory()
-        grad_norm = self.engine.get_global_grad_norm()
+        grad_norm = self.engine.get_global_grad_norm() if s.zero_stage else norm_at_zero0
         result.grad_norm = None if grad_norm is None else float(grad_norm)
         result.seconds, result.peak_mem_mb = time.perf_counter() - t0, self._peak_memory_mb()
         return result

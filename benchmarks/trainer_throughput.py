@@ -32,9 +32,9 @@ LAYOUTS = {
     "zero1x2-ckpt": ["trainer.zero_stage=1", "trainer.num_workers=2", "train.gradient_checkpointing=true"],
     "zero1x2": ["trainer.zero_stage=1", "trainer.num_workers=2", "train.gradient_checkpointing=false"],
     "zero0x1-ckpt": ["trainer.zero_stage=0", "trainer.num_workers=1", "train.gradient_checkpointing=true",
-                     "placement.trainer.cpus=2"],
+                     "trainer.threads_per_worker=2"],
     "zero0x1": ["trainer.zero_stage=0", "trainer.num_workers=1", "train.gradient_checkpointing=false",
-                "placement.trainer.cpus=2"],
+                "trainer.threads_per_worker=2"],
 }
 BEFORE = "zero3x2-ckpt"   # the CPU default this benchmark was written to improve on
 
@@ -71,7 +71,7 @@ def matmul_peak_gflops(threads: int, n: int = 1536, repeats: int = 5) -> float:
 def layout_of(cfg) -> str:
     """The LAYOUTS name of a config's trainer settings (None if it is none of them)."""
     for name, overrides in LAYOUTS.items():
-        wanted = dict(o.split("=", 1) for o in overrides if not o.startswith("placement."))
+        wanted = dict(o.split("=", 1) for o in overrides if "threads" not in o)
         actual = {"trainer.zero_stage": str(cfg.trainer.zero_stage), "trainer.num_workers": str(cfg.trainer.num_workers),
                   "train.gradient_checkpointing": str(cfg.train.gradient_checkpointing).lower()}
         if wanted == actual:

@@ -184,6 +184,9 @@ class PlacementConfig:
 class TrainerConfig:
     num_workers: int = _f(2, 1, 4096)
     zero_stage: int = _f(3, 0, 3)
+    threads_per_worker: int = _f(0, 0, 1024, "torch threads of each trainer worker; 0 = as many as its bundle's "
+                                 "whole CPUs (at least 1). The engines idle while the trainer steps, so one CPU "
+                                 "worker can use every core with a small bundle")
     backend: Literal["auto", "gloo", "nccl"] = _f("auto")
     timeout_s: float = _f(7200.0, 10.0, 7 * 86400.0, "a GRPO step, weight sync or save taking longer fails the run "
                           "(a hung rank or collective), after which the last completed iteration is checkpointed")

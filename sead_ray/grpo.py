@@ -180,6 +180,13 @@ def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_en
     return logprobs, entropy
 
 
+def gradient_norm(parameters: Any) -> float:
+    """The L2 norm of all gradients together (what DeepSpeed's ZeRO optimizers report before clipping;
+    at ZeRO-0 DeepSpeed computes it to clip and drops it, so the trainer asks here)."""
+    norms = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
 def micro_batches(samples: Sequence[Sample], micro_batch_size: int, pad_id: int, max_len: Optional[int] = None,
                   pad_to: Optional[int] = None) -> list[TrainBatch]:
     """Collated micro-batches, padded to `pad_to` with empty-mask samples: every rank must run the same

@@ -44,6 +44,7 @@ class TrainerSettings:
     max_seq_len: int
     gradient_checkpointing: bool
     temperature: float = 1.0     # the agent's sampling temperature in training rollouts
+    threads: int = 0             # torch threads per rank; 0 = Ray's default (the bundle's whole CPUs, at least 1)
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str, role: str = "agent") -> TrainerSettings:
@@ -58,7 +59,8 @@ class TrainerSettings:
                                                      cfg.trainer.num_workers, t.micro_batch_size),
                    grad_clip=t.grad_clip, clip_eps=t.clip_eps, kl_coef=t.kl_coef, entropy_coef=t.entropy_coef,
                    ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing,
-                   temperature=(cfg.dialogue.agent_train if role == "agent" else cfg.dialogue.user).temperature)
+                   temperature=(cfg.dialogue.agent_train if role == "agent" else cfg.dialogue.user).temperature,
+                   threads=cfg.trainer.threads_per_worker)
 
 
 def deepspeed_config(s: TrainerSettings, world_size: int) -> dict:

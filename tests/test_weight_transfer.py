@@ -23,7 +23,8 @@ def system(ray_cluster, scenario, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("gloo")
     cfg = tiny_config("user_sim.backend=rule", "weight_sync.transport=gloo", "agent.engines=2", "train.batch_size=4",
                       "train.micro_batch_size=2", "train.lr=1e-2", "placement.agent_policy.cpus=0.25",
-                      "placement.trainer.cpus=0.25", "trainer.zero_stage=3")   # the GPU setting: gathers
+                      "placement.trainer.cpus=0.25", "trainer.zero_stage=3",   # the GPU setting: gathers
+                      "trainer.num_workers=2", "trainer.threads_per_worker=1")
     roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, run_dir))
     trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, agents=list(roles.agents.actors.values()))
     trainer.start()
