@@ -52,8 +52,8 @@ async def main(args) -> dict:
     from sead_ray.rollout import run_dialogues
     from sead_ray.scenario import load_scenario
 
-    cfg = load_config(args.config, ["ray.dashboard=false", "dialogue.max_turns=6", "user_sim.backend=vllm",
-                                         "curriculum.user_set="] + args.overrides)
+    defaults = ["ray.dashboard=false", "dialogue.max_turns=6", "user_sim.backend=vllm", "curriculum.user_set="]
+    cfg = load_config(args.config, defaults + args.overrides)
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
     init_ray(cfg)
     roles = await start_rollout_roles(cfg, scenario, cfg.models.agent, with_stats=False)
