@@ -129,7 +129,7 @@ def engine_load_logger(load: EngineLoad, tags: Optional[dict] = None, gauges: An
 
     class EngineLoadLogger(StatLoggerBase):
         def __init__(self, vllm_config: Any, engine_index: int = 0):
-            self.total = EngineLoad()   # the prefix cache's hit rate since start, for the gauge
+            self.prefix_queries = self.prefix_hits = 0   # since start, for the hit-rate gauge
 
         def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                    engine_idx: int = 0) -> None:
@@ -138,14 +138,15 @@ def engine_load_logger(load: EngineLoad, tags: Optional[dict] = None, gauges: An
             prefix = scheduler_stats.prefix_cache_stats
             looked_up = (prefix.queries, prefix.hits) if prefix is not None else (0, 0)
             load.record(scheduler_stats.num_running_reqs, *looked_up)
-            self.total.record(scheduler_stats.num_running_reqs, *looked_up)
             if gauges is None:
                 return
+            self.prefix_queries += looked_up[0]
+            self.prefix_hits += looked_up[1]
             gauges.set("engine_requests_running", scheduler_stats.num_running_reqs, tags)
             gauges.set("engine_requests_waiting", scheduler_stats.num_waiting_reqs, tags)
             gauges.set("engine_kv_cache_usage", scheduler_stats.kv_cache_usage, tags)
-            if self.total.prefix_queries:
-                gauges.set("engine_prefix_cache_hit_rate", self.total.window()["prefix_hit_rate"], tags)
+            if self.prefix_queries:
+                gauges.set("engine_prefix_cache_hit_rate", self.prefix_hits / self.prefix_queries, tags)
 
         def log_engine_initialized(self) -> None:
             pass
