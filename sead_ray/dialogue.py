@@ -60,6 +60,7 @@ class UserRequest:
     agent_replies: list[str]
     user_replies: list[str]
     seed: int
+    user_states: list[State] = field(default_factory=list)   # its state after each of user_replies
 
 
 class ChatEncoder(Protocol):
@@ -234,7 +235,7 @@ async def run_dialogue(
         t0 = time.perf_counter()
         for attempt in range(user_retries + 1):
             request = UserRequest(dialogue_id, turn_index, profile, state, list(agent_spoken), list(user_spoken),
-                                  seed=turn_seed(seed, turn_index, attempt))
+                                  seed=turn_seed(seed, turn_index, attempt), user_states=list(seen_states))
             try:
                 reply = await user(request)
             except Exception as exc:

@@ -84,35 +84,42 @@ def test_agent_never_sees_simulator_state(scenario):
 
 
 def test_user_prompt_holds_profile_and_transcript(scenario):
-    msgs = user_messages(scenario, ["Asks if a deposit is required"], (1, 2, 3), (1, 2, 3),
-                         ["Hello, Lin here.", "It is free."], ["Who?"])
-    text = msgs[0]["content"] + msgs[1]["content"]
-    assert "Asks if a deposit is required" in text
-    assert 'Caller: "Hello, Lin here."\nYou: "Who?"\nCaller: "It is free."' in msgs[1]["content"]
-    assert json.dumps({"cooperation": 1, "emotion": 2, "trust": 3}) in msgs[1]["content"]
-    with pytest.raises(ValueError):
-        user_messages(scenario, [], (1, 2, 3), (1, 2, 3), ["a"], ["b"])
+    msgs = user_messages(scenario, ["Asks if a deposit is required"], (1, 2, 3),
+                         ["Hello, Lin here.", "It is free."], ["Who?"], [(0, 2, 3)])
+    assert "Asks if a deposit is required" in msgs[0]["content"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert [m["content"] for m in msgs[1:]] == [
+        'Caller: "Hello, Lin here."',
+        '{"cooperation":0,"emotion":2,"trust":3,"status":"continue","reply":"Who?"}',   # its own turn, as it wrote it
+        'Caller: "It is free."']
+    with pytest.raises(ValueError, match="one more agent turn"):
+        user_messages(scenario, [], (1, 2, 3), ["a"], ["b"], [(1, 2, 3)])
+    with pytest.raises(ValueError, match="state after each"):
+        user_messages(scenario, [], (1, 2, 3), ["a", "b"], ["c"], [])
 
 
 def test_calls_share_the_simulators_prompt_up_to_their_profile(scenario, smollm_tokenizer):
     """The engine's prefix cache serves what calls share: the simulator's system prompt keeps the profile
-    (initial state, behaviors) at its end, and a call's next turn extends the transcript of the last one."""
+    (initial state, behaviors) at its end, and a call's next turn extends the last one's prompt whole."""
     import os
 
-    def ids(behaviors, state, agent, user):
-        msgs = user_messages(scenario, behaviors, state, state, agent, user)
+    def ids(behaviors, state, agent, user, states):
+        msgs = user_messages(scenario, behaviors, state, agent, user, states)
         text = smollm_tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         return smollm_tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    one, other = ids(["Asks about fees"], (1, 2, 3), ["Hi."], []), ids(["Is in a hurry"], (3, 1, 0), ["Hi."], [])
+    one = ids(["Asks about fees"], (1, 2, 3), ["Hi."], [], [])
+    other = ids(["Is in a hurry"], (3, 1, 0), ["Hi."], [], [])
     shared = len(os.path.commonprefix([one, other]))
     profile_part = len(smollm_tokenizer(
-        user_messages(scenario, ["Asks about fees"], (1, 2, 3), None, ["Hi."], [])[0]["content"]
+        user_messages(scenario, ["Asks about fees"], (1, 2, 3), ["Hi."], [], [])[0]["content"]
         .split("Answer with one JSON object only")[1])["input_ids"])
-    user_part = len(smollm_tokenizer(user_messages(scenario, [], None, None, ["Hi."], [])[1]["content"])["input_ids"])
-    assert shared >= len(one) - profile_part - user_part - 12   # 12: chat-template tokens
-    later = ids(["Asks about fees"], (1, 2, 3), ["Hi.", "It is free."], ["Who?"])
-    assert len(os.path.commonprefix([one, later])) >= len(one) - 60   # all but the state line's tail
+    assert shared >= len(one) - profile_part - 12   # 12: the caller's turn and chat-template tokens
+    later = ids(["Asks about fees"], (1, 2, 3), ["Hi.", "It is free."], ["Who?"], [(1, 2, 2)])
+    assert later[:len(one)] == one   # append-only: nothing of the last turn's prompt is recomputed
+    last = ids(["Asks about fees"], (1, 2, 3), ["Hi.", "It is free.", "Yes."], ["Who?", "Free?"],
+               [(1, 2, 2), (2, 2, 2)])
+    assert last[:len(later)] == later
 
 
 FORGERIES = [
@@ -125,26 +132,33 @@ FORGERIES = [
 
 @pytest.mark.parametrize("forgery", FORGERIES)
 def test_the_agents_words_cannot_forge_a_turn_a_state_or_a_template_token(scenario, smollm_tokenizer, forgery):
-    msgs = user_messages(scenario, [], (1, 2, 3), (1, 2, 3), ["Hello.", forgery], ["Who is this?"])
-    transcript = msgs[1]["content"].split("\n\n")[0].splitlines()
-    # one line per turn, each a single quoted string: nothing the agent said starts a line of its own
-    assert transcript == ["The phone call so far:", 'Caller: "Hello."', 'You: "Who is this?"', transcript[3]]
-    spoken = transcript[3][len("Caller: "):]
-    assert json.loads(spoken).replace("\u2039", "<").replace("\u203a", ">").replace("(", "[").replace(")", "]") \
-        == forgery.replace("(", "[").replace(")", "]")
-    # the rendered prompt holds exactly the template's own special tokens, none from the agent
+    def unmask(text):
+        return text.replace("\u2039", "<").replace("\u203a", ">").replace("(", "[").replace(")", "]")
+
+    # the agent's words forge, and so do the simulator's own (they come back in its history)
+    msgs = user_messages(scenario, [], (1, 2, 3), ["Hello.", forgery], [forgery], [(1, 2, 3)])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    # each turn one line: the caller's a single quoted string, the simulator's one JSON object
+    spoken = msgs[3]["content"]
+    assert "\n" not in spoken and spoken.startswith("Caller: ")
+    assert unmask(json.loads(spoken[len("Caller: "):])) == unmask(forgery)
+    own = json.loads(msgs[2]["content"])
+    assert list(own) == ["cooperation", "emotion", "trust", "status", "reply"]
+    assert (own["cooperation"], own["emotion"], own["trust"], own["status"]) == (1, 2, 3, "continue")
+    assert unmask(own["reply"]) == unmask(forgery)
+    # the rendered prompt holds exactly the template's own special tokens, none from either side
     text = smollm_tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     ids = smollm_tokenizer(text, add_special_tokens=False)["input_ids"]
     specials = [i for i in ids if i in smollm_tokenizer.all_special_ids]
     clean = smollm_tokenizer.apply_chat_template(
-        user_messages(scenario, [], (1, 2, 3), (1, 2, 3), ["Hello.", "Hi."], ["Who is this?"]), tokenize=False,
+        user_messages(scenario, [], (1, 2, 3), ["Hello.", "Hi."], ["Who is this?"], [(1, 2, 3)]), tokenize=False,
         add_generation_prompt=True)
     assert specials == [i for i in smollm_tokenizer(clean, add_special_tokens=False)["input_ids"]
                         if i in smollm_tokenizer.all_special_ids]
 
 
 def test_no_prompt_shows_a_concrete_example_state(scenario):
-    system = user_messages(scenario, [], None, (1, 2, 3), ["Hi."], [])[0]["content"]
+    system = user_messages(scenario, [], None, ["Hi."], [], [])[0]["content"]
     assert '"cooperation": <0-4>' in system and not re.search(r'"cooperation": \d', system)
     from sead_ray.prompts import agent_system_prompt
     assert not re.search(r'"cooperation": \d', agent_system_prompt(scenario))
@@ -159,11 +173,16 @@ def test_without_profile_sampling_the_simulator_never_sees_a_sampled_state(scena
     from sead_ray.dialogue import UserRequest
     from sead_ray.profiles import Profile
     from sead_ray.prompts.user import user_prompt_ids
+    sampled_state = "cooperation 4/4"    # how the system prompt shows a starting state
     free = Profile((4, 3, 5), ("Asks if a deposit is required",), free_form=True)
     first = UserRequest("d", 0, free, free.state, ["Hello."], [], seed=1)
     text = smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, scenario, first, budget=4096))
-    assert "not chosen yet" in text and '"cooperation": 4' not in text and "Choose a realistic starting state" in text
+    assert "Choose a realistic starting state" in text and sampled_state not in text
+    # later turns show the state it chose itself, never the sampled one
+    later = UserRequest("d", 1, free, (1, 1, 1), ["Hello.", "It is free."], ["Who?"], seed=1, user_states=[(1, 1, 1)])
+    text = smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, scenario, later, budget=4096))
+    assert '"cooperation":1,' in text and sampled_state not in text and '"cooperation":4' not in text
     sampled = Profile((4, 3, 5), ("Asks if a deposit is required",))
     text = smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, scenario, UserRequest(
         "d", 0, sampled, sampled.state, ["Hello."], [], seed=1), budget=4096))
-    assert '"cooperation": 4' in text
+    assert sampled_state in text

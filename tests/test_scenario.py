@@ -100,7 +100,8 @@ def test_a_second_domain_gets_no_word_of_the_first(smollm_tokenizer):
     texts = [smollm_tokenizer.apply_chat_template(agent, tokenize=False)]
     for free_form in (False, True):
         request = UserRequest("d", 1, Profile(profile.state, profile.behaviors, free_form), (1, 1, 1),
-                              ["Hi, Maya from Open Pages.", "Would 10 euros a month work?"], ["Who is this?"], seed=0)
+                              ["Hi, Maya from Open Pages.", "Would 10 euros a month work?"], ["Who is this?"], seed=0,
+                              user_states=[(1, 1, 1)])
         texts.append(smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, charity, request, budget=4096)))
     words = {w for text in texts for w in re.findall(r"[a-z]+", text.lower())}
     assert words & RESTAURANT_WORDS == set()

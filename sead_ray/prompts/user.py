@@ -77,41 +77,49 @@ def quote_speech(text: str) -> str:
     return json.dumps(str(text).translate(_TEMPLATE_LOOKALIKES), ensure_ascii=False)
 
 
+def user_turn_json(schema: StateSchema, state: State, status: str, reply: str) -> str:
+    """One simulator turn as its structured output reads (compact JSON, state first): how its earlier turns
+    appear in its own history. The words get the same template-token look-alikes as quoted speech."""
+    turn = {**schema.to_dict(state), "status": status, "reply": str(reply).translate(_TEMPLATE_LOOKALIKES)}
+    return json.dumps(turn, ensure_ascii=False, separators=(",", ":"))
+
+
 def user_messages(scenario: Scenario, behaviors: Sequence[str], initial_state: Optional[State],
-                  current_state: Optional[State], agent_replies: Sequence[str],
-                  user_replies: Sequence[str]) -> list[dict]:
-    """Messages for the simulator's next turn: the transcript so far (agent's spoken words only) and
-    its own current state."""
+                  agent_replies: Sequence[str], user_replies: Sequence[str],
+                  user_states: Sequence[State]) -> list[dict]:
+    """The simulator's chat for its next turn: each of the caller's turns (spoken words only) is a user
+    message, each of its own earlier turns the JSON it answered with, holding the state it reached. Append-
+    only: a call's next prompt extends its last one, so the engine's prefix cache serves all of it but the
+    new exchange (a "current state" line at the end would be recomputed every turn)."""
     if len(agent_replies) != len(user_replies) + 1:
         raise ValueError("the simulator answers the caller's latest turn: need one more agent turn than user turns")
-    lines = []
+    if len(user_states) != len(user_replies):
+        raise ValueError(f"need the simulator's state after each of its {len(user_replies)} earlier turns, "
+                         f"got {len(user_states)}")
+    caller = scenario.agent_title.capitalize()
+    messages = [{"role": "system", "content": user_system_prompt(scenario, behaviors, initial_state)}]
     for i, said in enumerate(agent_replies):
-        lines.append(f"{scenario.agent_title.capitalize()}: {quote_speech(said)}")
-        if i < len(user_replies):
-            lines.append(f"You: {quote_speech(user_replies[i])}")
-    now = (json.dumps(scenario.schema.to_dict(current_state)) if current_state is not None
-           else "not chosen yet: choose it")
-    prompt = (f"The {scenario.channel} so far:\n" + "\n".join(lines) + f"\n\nYour state now: {now}.\n"
-              f"Reply to the {scenario.agent_title}'s last words as the {scenario.user_title}, as one JSON object.")
-    return [{"role": "system", "content": user_system_prompt(scenario, behaviors, initial_state)},
-            {"role": "user", "content": prompt}]
+        messages.append({"role": "user", "content": f"{caller}: {quote_speech(said)}"})
+        if i < len(user_replies):   # every earlier turn continued the call
+            messages.append({"role": "assistant",
+                             "content": user_turn_json(scenario.schema, user_states[i], "continue", user_replies[i])})
+    return messages
 
 
 def user_prompt_ids(tokenizer: Any, scenario: Scenario, request: UserRequest, budget: int) -> list[int]:
     """The simulator's prompt as token ids, at most `budget` tokens: a long call keeps its latest
     exchanges (the oldest are dropped first, never the caller's last turn)."""
     profile = request.profile
+    # a free-form profile (w/o profile sampling) shows no sampled state: the simulator picks its own
     initial = None if profile.free_form else profile.state
-    agent, user = list(request.agent_replies), list(request.user_replies)
+    agent, user, states = list(request.agent_replies), list(request.user_replies), list(request.user_states)
     while True:
-        # a free-form profile (w/o profile sampling) shows no sampled state: the simulator picks its own
-        current = None if profile.free_form and not request.user_replies else request.current_state
-        messages = user_messages(scenario, profile.behaviors, initial, current, agent, user)
+        messages = user_messages(scenario, profile.behaviors, initial, agent, user, states)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) <= budget or len(agent) <= 1:
             return ids
-        agent, user = agent[1:], user[1:]
+        agent, user, states = agent[1:], user[1:], states[1:]
 
 
 def parse_user_output(text: str, schema: StateSchema, previous_state: State) -> UserTurnParse:
