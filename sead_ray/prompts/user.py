@@ -77,10 +77,10 @@ def quote_speech(text: str) -> str:
     return json.dumps(str(text).translate(_TEMPLATE_LOOKALIKES), ensure_ascii=False)
 
 
-def user_turn_json(schema: StateSchema, state: State, status: str, reply: str) -> str:
-    """One simulator turn as its structured output reads (compact JSON, state first): how its earlier turns
-    appear in its own history. The words get the same template-token look-alikes as quoted speech."""
-    turn = {**schema.to_dict(state), "status": status, "reply": str(reply).translate(_TEMPLATE_LOOKALIKES)}
+def user_turn_json(schema: StateSchema, state: State, reply: str) -> str:
+    """One earlier simulator turn as its structured output reads (compact JSON, state first), as it appears
+    in its own history: each continued the call. Its words get the same look-alikes as quoted speech."""
+    turn = {**schema.to_dict(state), "status": "continue", "reply": str(reply).translate(_TEMPLATE_LOOKALIKES)}
     return json.dumps(turn, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -100,9 +100,9 @@ def user_messages(scenario: Scenario, behaviors: Sequence[str], initial_state: O
     messages = [{"role": "system", "content": user_system_prompt(scenario, behaviors, initial_state)}]
     for i, said in enumerate(agent_replies):
         messages.append({"role": "user", "content": f"{caller}: {quote_speech(said)}"})
-        if i < len(user_replies):   # every earlier turn continued the call
+        if i < len(user_replies):
             messages.append({"role": "assistant",
-                             "content": user_turn_json(scenario.schema, user_states[i], "continue", user_replies[i])})
+                             "content": user_turn_json(scenario.schema, user_states[i], user_replies[i])})
     return messages
 
 
