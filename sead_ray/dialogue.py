@@ -56,11 +56,15 @@ class UserRequest:
     dialogue_id: str
     turn_index: int
     profile: Profile
-    current_state: State
     agent_replies: list[str]
     user_replies: list[str]
     seed: int
     user_states: list[State] = field(default_factory=list)   # its state after each of user_replies
+
+    @property
+    def current_state(self) -> State:
+        """The state its next turn starts from: after its last turn, or the profile's at the first."""
+        return self.user_states[-1] if self.user_states else self.profile.state
 
 
 class ChatEncoder(Protocol):
@@ -234,7 +238,7 @@ async def run_dialogue(
         reply = None
         t0 = time.perf_counter()
         for attempt in range(user_retries + 1):
-            request = UserRequest(dialogue_id, turn_index, profile, state, list(agent_spoken), list(user_spoken),
+            request = UserRequest(dialogue_id, turn_index, profile, list(agent_spoken), list(user_spoken),
                                   seed=turn_seed(seed, turn_index, attempt), user_states=list(seen_states))
             try:
                 reply = await user(request)

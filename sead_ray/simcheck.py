@@ -85,7 +85,7 @@ async def _turn(respond: Respond, scenario: Scenario, rules: Rules, profile: Pro
     """One simulator turn with the dialogue's retries and rules; None when its output never parsed."""
     turn = len(agent) - 1
     for attempt in range(rules.retries + 1):
-        out = await respond(UserRequest(did, turn, profile, previous, list(agent), list(user),
+        out = await respond(UserRequest(did, turn, profile, list(agent), list(user),
                                         turn_seed(seed, turn, attempt), user_states=[previous] if user else []))
         if out.ok and out.state is not None:
             ruled = apply_simulator_rules(scenario.schema, dict(rules.status_guards or {}), profile, turn, previous,

@@ -175,14 +175,14 @@ def test_without_profile_sampling_the_simulator_never_sees_a_sampled_state(scena
     from sead_ray.prompts.user import user_prompt_ids
     sampled_state = "cooperation 4/4"    # how the system prompt shows a starting state
     free = Profile((4, 3, 5), ("Asks if a deposit is required",), free_form=True)
-    first = UserRequest("d", 0, free, free.state, ["Hello."], [], seed=1)
+    first = UserRequest("d", 0, free, ["Hello."], [], seed=1)
     text = smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, scenario, first, budget=4096))
     assert "Choose a realistic starting state" in text and sampled_state not in text
     # later turns show the state it chose itself, never the sampled one
-    later = UserRequest("d", 1, free, (1, 1, 1), ["Hello.", "It is free."], ["Who?"], seed=1, user_states=[(1, 1, 1)])
+    later = UserRequest("d", 1, free, ["Hello.", "It is free."], ["Who?"], seed=1, user_states=[(1, 1, 1)])
     text = smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, scenario, later, budget=4096))
     assert '"cooperation":1,' in text and sampled_state not in text and '"cooperation":4' not in text
     sampled = Profile((4, 3, 5), ("Asks if a deposit is required",))
     text = smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, scenario, UserRequest(
-        "d", 0, sampled, sampled.state, ["Hello."], [], seed=1), budget=4096))
+        "d", 0, sampled, ["Hello."], [], seed=1), budget=4096))
     assert sampled_state in text

@@ -19,7 +19,7 @@ ANSWER_IDENTITY = "You can check my identity with the official customer-service 
 
 
 def respond(sim, agent_turns, state=(2, 2, 2), behaviors=(COST,)):
-    req = UserRequest("d", len(agent_turns) - 1, Profile(state, behaviors), state, list(agent_turns), [], seed=0)
+    req = UserRequest("d", len(agent_turns) - 1, Profile(state, behaviors), list(agent_turns), [], seed=0)
     return sim.respond(req)
 
 
@@ -140,6 +140,6 @@ def test_a_free_form_profile_starts_the_user_at_the_middle_of_each_scale(sim, sc
     middle = tuple(d.max_level // 2 for d in scenario.schema.dimensions)
     greeting = ["Good afternoon, this is Lin."]
     for sampled in ((0, 0, 0), (4, 3, 5)):
-        req = UserRequest("d", 0, Profile(sampled, (COST,), free_form=True), sampled, greeting, [], seed=0)
+        req = UserRequest("d", 0, Profile(sampled, (COST,), free_form=True), greeting, [], seed=0)
         assert sim.respond(req).state == middle
     assert respond(sim, greeting, state=(4, 3, 5)).state == (4, 3, 5)   # a sampled profile starts where drawn

@@ -99,7 +99,7 @@ def test_a_second_domain_gets_no_word_of_the_first(smollm_tokenizer):
                            privileged_states=[(1, 1, 1)])
     texts = [smollm_tokenizer.apply_chat_template(agent, tokenize=False)]
     for free_form in (False, True):
-        request = UserRequest("d", 1, Profile(profile.state, profile.behaviors, free_form), (1, 1, 1),
+        request = UserRequest("d", 1, Profile(profile.state, profile.behaviors, free_form),
                               ["Hi, Maya from Open Pages.", "Would 10 euros a month work?"], ["Who is this?"], seed=0,
                               user_states=[(1, 1, 1)])
         texts.append(smollm_tokenizer.decode(user_prompt_ids(smollm_tokenizer, charity, request, budget=4096)))

@@ -22,7 +22,7 @@ def _turns(roles, scenario, n: int, tag: str) -> list[str]:
     profiles = sample_profiles(scenario, n, np.random.default_rng(0), n_max=200)
 
     async def one(i, p):
-        out = await roles.users.respond(UserRequest(f"{tag}-{i}", 0, p, p.state, ["Hello, is this a good time?"], [], i))
+        out = await roles.users.respond(UserRequest(f"{tag}-{i}", 0, p, ["Hello, is this a good time?"], [], i))
         roles.users.release(f"{tag}-{i}")
         return out.engine
     async def all_turns():
