@@ -32,6 +32,7 @@ from placement import (
     remove_placement_groups,
     user_engine_count,
 )
+from sead_ray.battery import ScriptAgent, script_class
 from sead_ray.config import SeadConfig
 from sead_ray.endpoint import EndpointAgent, endpoint_client, endpoint_ref
 from sead_ray.models import resolve_model
@@ -138,10 +139,11 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     from transformers import AutoTokenizer
 
     endpoint = endpoint_ref(agent_model)   # openai:MODEL@URL: no agent engine here
-    agent_path = "" if endpoint else str(resolve_model(agent_model))
+    script = script_class(agent_model)     # script:CLASS: a scripted agent, no engine either
+    agent_path = "" if endpoint or script else str(resolve_model(agent_model))
     # `user_model`: a resumed run whose simulator is trained too (its checkpoint's user/hf)
     user_path = str(resolve_model(user_model or cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
-    n_agent, n_user = 0 if endpoint else cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
+    n_agent, n_user = 0 if agent_path == "" else cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
     counts = {"agent_policy": n_agent, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
               "trainer": trainer_workers}
     plan = create_placement_groups(cfg, counts)
@@ -165,7 +167,11 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     for index, ((name, actor), info) in enumerate(zip(users, started[n_agent:])):
         roles.users.add(name, actor, {**info, "placement_index": index})
     roles.startup = {"agents": started[:n_agent], "user_sims": started[n_agent:]}
-    if endpoint:
+    if script:
+        roles.agent_endpoint = ScriptAgent(scenario, script)
+        roles.startup["agent"] = {"script": script}
+        log.info("agent: the scripted agent %s (sead_ray/battery.py)", script)
+    elif endpoint:
         roles.agent_endpoint = EndpointAgent(endpoint_client(cfg, endpoint), scenario)
         roles.startup["agent"] = await roles.agent_endpoint.start()
         log.info("agent: %s (%s)", endpoint, "a served sead-ray agent: the scenario is applied there"

@@ -141,23 +141,36 @@ def cmd_judge(args) -> int:
 def cmd_simcheck(args) -> int:
     import asyncio
 
-    from .simcheck import config_rules, rule_respond, run_simcheck, write_outputs
+    from .simcheck import add_battery, config_rules, rule_respond, run_battery, run_simcheck, write_outputs
 
     cfg, scenario = load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
     check_out(Path(args.out), "dir")
+    if args.adversarial and scenario.rule_user is None:
+        raise ConfigError(f"{scenario.source}: --adversarial builds its scripted agents from the scenario's "
+                          "'rule_user' section, and this scenario has none")
     profiles = profiles_by_user_set(cfg, scenario, args.user_sets, args.n, seed)
     sets = [s for s in profiles if s]
+    rules = config_rules(cfg, scenario)
+
+    async def check(respond) -> dict:
+        result = await run_simcheck(scenario, profiles, respond, rules=rules, seed=seed,
+                                    simulator=cfg.models.user if cfg.user_sim.backend == "vllm" else "rule",
+                                    by_set=bool(sets))
+        if args.adversarial:
+            add_battery(result, await run_battery(scenario, profiles, respond, max_turns=cfg.dialogue.max_turns,
+                                                  rules=rules, seed=seed))
+        return result
+
     if cfg.user_sim.backend == "rule":   # no Ray: the rule simulator is called in this process
-        result = asyncio.run(run_simcheck(scenario, profiles, rule_respond(cfg, scenario), rules=config_rules(cfg, scenario),
-                                          seed=seed, by_set=bool(sets)))
+        result = asyncio.run(check(rule_respond(cfg, scenario)))
     else:
         import ray
 
-        from .launch import connect, simcheck_on_ray
+        from .launch import connect, simulator_pool
         connect(cfg)
         try:
-            result = asyncio.run(simcheck_on_ray(cfg, scenario, profiles, seed, by_set=bool(sets)))
+            result = asyncio.run(simulator_pool(cfg, scenario, check))
         finally:
             ray.shutdown()
     print(write_outputs(result, scenario.schema, Path(args.out)), end="")

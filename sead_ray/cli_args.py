@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser(
         "simcheck", help="check that the user simulator rewards better agent turns (simulator fidelity)",
         description="Feed the configured user simulator (user_sim.backend) scripted agent turns of graded quality "
-                    "from the same initial states: after a neutral greeting, one turn each of fact (answers the "
+                    "from the same initial states: after the scenario's honest opening, one turn each of fact (answers the "
                     "concern the user voiced), small_talk, off_topic, early_close (asks for the decision at once) and "
                     "red_flag (a request no honest agent makes, with pressure); the texts come from the scenario. "
                     "Reports per grade the accept and hang-up rates (95 % Wilson intervals), the mean state change, "
@@ -195,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "whether better grades move the state at least as much. Writes simcheck.json and simcheck.md "
                     "into --out. The rule back-end needs no Ray.",
         epilog="examples:\n  sead-ray simcheck --config configs/embedded.yaml --n 24 --out simcheck-rule\n"
+               "  sead-ray simcheck --config configs/embedded.yaml --adversarial --n 50 --user-sets soft,hard "
+               "--out simcheck-adv\n"
                "  sead-ray simcheck --config configs/embedded.yaml --set user_sim.backend=vllm --n 24 "
                "--user-sets soft,hard --out simcheck-llm", formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_args(sc)
@@ -203,6 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--user-sets", default=None, metavar="SET,SET",
                     help="sample N profiles from each of these user sets of the scenario and report each "
                          "(default: the config's curriculum.user_set)")
+    sc.add_argument("--adversarial", action="store_true",
+                    help="also play the adversarial battery: scripted agents built from the scenario (zero-content "
+                         "asks, open-loop fact recitation, parroting, lies, invented numbers, pressure, credential "
+                         "requests, small talk, courtesy spam) and the honest SOP agent, whole calls of "
+                         "dialogue.max_turns turns on each user set; reports each class's accept rate against the "
+                         "honest agent's and `adversarial_ok` (every class at most half the honest rate; lies, "
+                         "invented numbers, pressure and credential requests at most 0.10)")
     sc.add_argument("--out", required=True, metavar="DIR", help="output folder (simcheck.json, simcheck.md)")
 
     # serve

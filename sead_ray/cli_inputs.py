@@ -13,10 +13,14 @@ class UsageError(ValueError):
 
 
 def load(config_path: Optional[str], overrides: Sequence[str]):
-    from .config import load_config
+    from .config import ConfigError, load_config
     from .scenario import load_scenario
     cfg = load_config(config_path, list(overrides))
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
+    if cfg.user_sim.backend == "rule" and scenario.rule_user is None:
+        raise ConfigError(f"{scenario.source}: user_sim.backend is 'rule', and the rule simulator is written from the "
+                          "scenario's 'rule_user' section, which this file lacks (see configs/scenarios/"
+                          "restaurant_promotion.yaml), or set user_sim.backend=vllm")
     return cfg, scenario
 
 

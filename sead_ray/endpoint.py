@@ -66,9 +66,12 @@ def endpoint_key(cfg: Any, ref: EndpointRef) -> str:
 
 def check_model_refs(cfg: Any, refs: Any) -> None:
     """Every reference resolves (endpoints: well formed, with their key set) before anything starts."""
+    from .battery import script_class
     from .models import resolve_model
     for name in refs:
         ref = endpoint_ref(name)
+        if script_class(name) is not None:   # script:CLASS (checked by script_class): no model to resolve
+            continue
         if ref is not None:
             endpoint_key(cfg, ref)
         else:

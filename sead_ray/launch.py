@@ -10,7 +10,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -204,16 +204,14 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
     return rows, title
 
 
-async def simcheck_on_ray(cfg: SeadConfig, scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], seed: int,
-                          by_set: bool) -> dict:
-    """The configured simulator pool on Ray (start_rollout_roles needs an agent model: the config's)."""
+async def simulator_pool(cfg: SeadConfig, scenario: Scenario, use: Callable[[Callable], Awaitable[dict]]) -> dict:
+    """The configured simulator pool on Ray for the length of `use(respond)` (start_rollout_roles needs an
+    agent model: the config's)."""
     from actors.system import shutdown_rollout_roles, start_rollout_roles
 
-    from .simcheck import config_rules, run_simcheck
     roles = await start_rollout_roles(cfg, scenario, cfg.models.agent, with_stats=False)
     try:
-        return await run_simcheck(scenario, profiles, roles.endpoints().users.respond, rules=config_rules(cfg, scenario),
-                                  seed=seed, simulator=cfg.models.user, by_set=by_set)
+        return await use(roles.endpoints().users.respond)
     finally:
         await shutdown_rollout_roles(roles)
 

@@ -1,93 +1,102 @@
-"""The `rule` user simulator: a transparent, hard-to-game user with no model, driven by the scenario.
+"""The `rule` user simulator: a transparent user with no model, driven by the scenario, that only honest
+service moves.
 
 It is the embedded demo's simulator (a 135M model cannot role-play a fair user, see README) and the
-fast simulator of tests. Everything it knows comes from the scenario's `rule_user` section: the
-concerns a user raises (which behavior categories raise them, the words the user says, the facts that
-answer them), the red-flag phrases, the words that ask for the decision, and the status guards.
+fast simulator of tests. Everything it knows comes from the scenario's `rule_user` section (concerns.py);
+how it hears a turn is speech.py. A call goes as the paper's user plays it:
 
-The user voices one concern at a time (the profile's own first, then the scenario's others). Per agent
-turn, after the paper's order (state first, then status, then the spoken reply):
+1. The user picks up; after the caller's first words it asks who is calling until told (a statement with
+   "I"/"this is" and an identity term), then what the call is about until the offer is named.
+2. It voices its own concerns (those its behaviours raise), one at a time, each in one of several
+   wordings. A turn answers the voiced question only by *stating* a fact that answers it (at least
+   `answer_terms` of the fact's terms, with the fact's polarity: "no deposit"). Stating facts of other
+   concerns is not an answer (pre-empting earns nothing; facts of `salad_concerns` concerns at once are
+   recitation), nor is echoing the user's own words (a question asserts nothing; a turn made only of the
+   user's words is parroting).
+3. Once its own concerns are resolved it waits to be asked if its state passes the scenario's accept
+   guard, or raises the scenario's other concerns while it does not ("lingering doubts").
 
-- an answer to *the concern just voiced* with a fact that answers it (at least `answer_words`
-  distinctive words of one of its facts)      trust +1, cooperation +1, next concern
-- words of many concerns at once (a keyword salad), more than `max_words` words, nothing said, or the
-  same words as the previous turn              no credit, emotion -1
-- a red flag (bank card number, pay now, pressure, ...)      trust -1, emotion -1
-- asking for the decision (a decision word) before the status guard of `accept` holds, without
-  answering the concern                       cooperation -1 ("too early")
-- polite words, at most `polite_credits` times per call      emotion +1
-- the guard of `accept` holds after an answer, or when the agent asks for the decision   accept
-  (the paper: the user accepts once its state reaches the threshold)
-- emotion 0 and cooperation <= 1 after a penalised turn       hang up
-- `patience` turns played and the latest brought no gain      refuse
+Per turn (each dimension moves at most one level, the paper's rule):
+  answers the voiced question                  concern: cooperation +1, trust +1; identity: trust +1;
+                                               emotion +1 when brief (at most `brief_words`)
+  leaves a voiced question unanswered          trust -1, emotion -1, cooperation -1 (evasion: the user
+                                               disengages; a late answer no longer lifts the mood)
+  a lie (contradicts a fact, a number or claim no fact supports)      trust -1, never an answer
+  pressure (deadlines, now-or-never, threats, guilt)                 emotion -1, cooperation -1
+  asking for credentials or payment                                   trust -1, emotion -1
+  rambling (> `max_words`), a near-repeat of a recent turn, parroting, recitation, nothing said
+                                               emotion -1, never an answer
+  asking for the decision before it is persuaded      cooperation -1 ("being rushed"; refuses if its
+                                               refuse guard then holds)
+  courtesy, at most `courtesy_credits` times per call   emotion +1
+Endings: accept when asked for the decision after its concerns are resolved and its state passes the
+accept guard; a question left unanswered `ignored_rounds` rounds ends the call (hang-up, or refusal, as
+the guards allow); refuse after `patience` turns without progress. An ending its guard does not allow
+is not taken: the user stays on the line, impatient, and never says goodbye without ending the call.
 
-A concern answered once is resolved, so repeating its words earns nothing. The simulator is stateless:
-each turn it replays the call from the profile's initial state (calls are at most a few turns long), so
-retries, replays and any actor of the pool give the same answer.
-
-`accept_phrase` (planted preference, tests only): accept exactly when the agent's words contain it.
+The simulator is stateless: each turn it replays the call from the profile's initial state, so retries,
+replays and any actor of the pool give the same answer. `accept_phrase` (planted preference, tests only):
+accept exactly when the agent's words contain it.
 """
 from __future__ import annotations
 
-import re
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from .concerns import RuleUserSpec
+from .concerns import RuleUserSpec, spec_lexicon
 from .dialogue import UserRequest, UserTurnOutput
 from .scenario import Scenario
+from .speech import TurnReading, content_words, read_turn
 
-_WORD = re.compile(r"[a-z0-9]+")
-# Words too common to show that a reply uses a fact (and the scenario's titles, added per scenario).
-_COMMON = frozenset("""about after also before being call calls could does from have here into just like
-make more most much only other over same some than that their them then there these they this those
-through under very want were what when where which while will with would your yours""".split())
-
-
-def words_of(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
-def _content_words(text: str, ignore: frozenset) -> set[str]:
-    return {w for w in words_of(text) if (len(w) >= 4 or w.isdigit()) and w not in _COMMON and w not in ignore}
-
-
-def _has_phrase(said_words: Sequence[str], phrase: str) -> bool:
-    return f" {' '.join(words_of(phrase))} " in f" {' '.join(said_words)} "
+IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
 
 
 @dataclass(frozen=True)
 class TurnVerdict:
-    """What the rule user made of one agent turn (also the grades `sead-ray simcheck` reports)."""
-    answered: bool = False
-    salad: bool = False
+    """What the rule user made of one agent turn (also what `sead-ray simcheck` reports)."""
+    answered: bool = False       # answered the question the user had voiced
+    ignored: bool = False        # the user had voiced a question and the turn left it unanswered
+    lie: bool = False
+    pressure: bool = False
+    credentials: bool = False
+    payment: bool = False
+    recital: bool = False        # facts of several concerns at once
     too_long: bool = False
     empty: bool = False
     repeat: bool = False
-    red_flag: bool = False
+    parrot: bool = False
     early_ask: bool = False
     asked: bool = False
-    polite: bool = False
+    courtesy: bool = False
 
     @property
-    def penalised(self) -> bool:
-        return self.salad or self.too_long or self.empty or self.repeat or self.red_flag or self.early_ask
+    def bad(self) -> bool:
+        """A turn that earns nothing, whatever else it says."""
+        return (self.lie or self.pressure or self.credentials or self.payment or self.recital or self.too_long
+                or self.empty or self.repeat or self.parrot)
 
 
 @dataclass
-class _CallState:
+class _Call:
     state: list[int]
-    order: list[int]               # the call's concerns, in the order the user raises them
-    resolved: int = 0              # concerns answered so far
-    polite_used: int = 0
+    own: list[int]                         # the profile's concerns, in the order it raises them
+    others: list[int]                      # the scenario's other concerns, as lingering doubts
+    identified: bool = False
+    offered: bool = False
+    resolved: set[int] = field(default_factory=set)
+    voiced: Optional[tuple[str, int]] = None   # the question the user asked last (None: none yet, or none open)
+    ignored: int = 0                       # rounds the voiced question went unanswered
+    courtesy_used: int = 0
     status: str = "continue"
     verdict: TurnVerdict = TurnVerdict()
+    spoken: list[frozenset] = field(default_factory=list)   # content words of the agent's turns so far
 
-    @property
-    def concern(self) -> Optional[int]:
-        """The concern the user voiced last (None once every concern is resolved)."""
-        return self.order[self.resolved] if self.resolved < len(self.order) else None
+
+def _pick(options: Sequence[str], *salt: object) -> str:
+    """A seeded choice among wordings (stable across processes, unlike hash())."""
+    return options[zlib.crc32(repr(salt).encode()) % len(options)]
 
 
 class RuleUserSimulator:
@@ -103,103 +112,174 @@ class RuleUserSimulator:
         self._idx = {n: names.index(n) for n in ("cooperation", "emotion", "trust") if n in names}
         if len(self._idx) != 3:
             raise ValueError("the rule simulator needs state dimensions cooperation, emotion and trust")
-        titles = frozenset(words_of(f"{scenario.agent_title} {scenario.user_title}"))
-        fact_words = [_content_words(f, titles) for f in scenario.facts]
-        # A concern's distinctive words: those of its facts that no other concern's facts use.
-        self.answer_words: list[list[set[str]]] = []
-        for concern in self.spec.concerns:
-            others = set().union(*(fact_words[i] for other in self.spec.concerns if other is not concern
-                                   for i in other.answered_by))
-            self.answer_words.append([fact_words[i] - others for i in concern.answered_by])
+        self.lexicon = spec_lexicon(self.spec, scenario.facts)
+        # the offer as the scenario pitches it ("a free 700-yuan credit"): saying it again is not reciting facts
+        self.pitch = frozenset().union(*read_turn(self.spec.opening, self.lexicon).supported.values())
+        self._category = {b.text: b.category for b in scenario.behaviors}
 
+    # -- who the user is ---------------------------------------------------------------------------
     def concern_order(self, behaviors: Sequence[str]) -> list[int]:
-        """The profile's own concerns first (in the order of its behaviors), then the scenario's others."""
-        category = {b.text: b.category for b in self.scenario.behaviors}
-        own = []
-        for text in behaviors:
-            for i, concern in enumerate(self.spec.concerns):
-                if category.get(text) in concern.categories and i not in own:
-                    own.append(i)
-        return own + [i for i in range(len(self.spec.concerns)) if i not in own]
+        """The concerns the profile's behaviours raise (a behaviour named by a concern first, else its category's
+        concern), in an order drawn from the profile, so that no fixed script meets them in order. A profile
+        that raises none still has one doubt (drawn the same way)."""
+        own: list[int] = []
+        concerns = self.spec.concerns
+        for text in sorted(behaviors, key=lambda b: zlib.crc32(f"{b}|{sorted(behaviors)}".encode())):
+            match = [i for i, c in enumerate(concerns) if text in c.behaviors] or \
+                    [i for i, c in enumerate(concerns) if self._category.get(text) in c.categories]
+            if match and match[0] not in own:
+                own.append(match[0])
+        return own or [zlib.crc32(repr(sorted(behaviors)).encode()) % len(concerns)]
 
     def accept_guard_holds(self, state: Sequence[int]) -> bool:
-        guard = self.scenario.status_guards.get("accept")
+        return self._guard("accept", state)
+
+    def _guard(self, status: str, state: Sequence[int]) -> bool:
+        guard = self.scenario.status_guards.get(status)
         return guard is None or guard.allows(self.scenario.schema, tuple(state))
 
-    def judge(self, said: str, previous: str, concern: Optional[int], guard_holds: bool) -> TurnVerdict:
-        """Grade one agent turn against the concern the user voiced last."""
+    def _agenda_done(self, call: _Call) -> bool:
+        return call.identified and call.offered and all(k in call.resolved for k in call.own)
+
+    def next_question(self, call: _Call) -> Optional[tuple[str, int]]:
+        """What the user asks now: who, what, its own concerns; then, persuaded, the decision if its state is
+        ready, else the scenario's other concerns; None once nothing is left to ask."""
+        if not call.identified:
+            return (IDENTITY, -1)
+        if not call.offered:
+            return (OFFER, -1)
+        for k in call.own:
+            if k not in call.resolved:
+                return ("concern", k)
+        if self.accept_guard_holds(call.state):
+            return (DECISION, -1)
+        for k in call.others:
+            if k not in call.resolved:
+                return ("concern", k)
+        return None
+
+    # -- one agent turn --------------------------------------------------------------------------
+    def judge(self, said: str, call: _Call, user_line: str) -> tuple[TurnVerdict, TurnReading, set[int]]:
+        """Grade one agent turn against the question the user voiced last (`call.voiced`)."""
         spec = self.spec
-        said_words = words_of(said)
-        if not said_words:
-            return TurnVerdict(empty=True)
-        word_set = set(said_words)
-        hits = [max(len(ws & word_set) for ws in words) for words in self.answer_words]
-        salad = sum(h >= spec.answer_words for h in hits) >= spec.salad_concerns
-        too_long = len(said_words) > spec.max_words
-        repeat = bool(previous) and words_of(previous) == said_words
-        red_flag = any(_has_phrase(said_words, p) for p in spec.red_flags)
-        asked = any(_has_phrase(said_words, p) for p in spec.decision_words)
-        polite = any(_has_phrase(said_words, p) for p in spec.polite_words)
-        answered = concern is not None and hits[concern] >= spec.answer_words
-        early_ask = asked and not guard_holds and not answered
-        answered = answered and not (salad or too_long or repeat or red_flag)
-        return TurnVerdict(answered, salad, too_long, False, repeat, red_flag, early_ask, asked, polite)
+        r = read_turn(said, self.lexicon)
+        stated = self._concerns_stated(r)
+        recited = self._concerns_stated(r, beyond=self.pitch)
+        heard = content_words(user_line)
+        near = any(len(r.content) >= 2 and len(r.content | old) and
+                   len(r.content & old) / len(r.content | old) >= spec.repeat_overlap
+                   for old in call.spoken[-spec.repeat_window:])
+        v = TurnVerdict(
+            lie=r.lie, pressure=bool(r.pressure), credentials=bool(r.credentials), payment=bool(r.payment),
+            recital=call.voiced is not None and len(recited) >= spec.salad_concerns,
+            too_long=r.n_words > spec.max_words, empty=r.n_words == 0, repeat=near,
+            parrot=len(r.content) >= 2 and r.content <= heard, asked=r.asks, courtesy=r.courtesy)
+        kind, k = call.voiced or ("", -1)
+        answered = not v.bad and ((kind == IDENTITY and r.identifies) or (kind == OFFER and r.offers)
+                                  or (kind == "concern" and k in stated) or (kind == DECISION and r.asks))
+        ignored = call.voiced is not None and kind != DECISION and not answered
+        return replace(v, answered=answered, ignored=ignored), r, stated
 
-    def _step(self, call: _CallState, said: str, previous: str, turn_index: int) -> None:
-        c, e, t = self._idx["cooperation"], self._idx["emotion"], self._idx["trust"]
-        v = self.judge(said, previous, call.concern, self.accept_guard_holds(call.state))
+    def _concerns_stated(self, r: TurnReading, beyond: frozenset = frozenset()) -> set[int]:
+        """The concerns one of whose facts the turn states (`answer_terms` of its terms, not counting `beyond`)."""
+        return {k for k, c in enumerate(self.spec.concerns)
+                if any(len(r.supported.get(f, frozenset()) - beyond) >= self.spec.answer_terms for f in c.answered_by)}
+
+    def _step(self, call: _Call, said: str, user_line: str, turn_index: int) -> None:
+        spec, (c, e, t) = self.spec, (self._idx["cooperation"], self._idx["emotion"], self._idx["trust"])
+        v, r, _ = self.judge(said, call, user_line)
         delta = [0] * len(call.state)
-        if v.answered:
-            delta[t] += 1
-            delta[c] += 1
-            call.resolved += 1
-        if v.red_flag:
+        kind, k = call.voiced or ("", -1)
+        if v.answered and kind in ("concern", IDENTITY, OFFER):
+            if kind == "concern":
+                delta[c] += 1
+                delta[t] += 1
+                call.resolved.add(k)
+            elif kind == IDENTITY:
+                delta[t] += 1
+            if r.n_words <= spec.brief_words and call.ignored == 0:   # a prompt, brief answer pleases
+                delta[e] += 1
+        if not v.bad:   # who calls and what about count whenever said, asked or not
+            call.identified |= r.identifies
+            call.offered |= r.offers
+        if v.ignored:
             delta[t] -= 1
-        if v.penalised and not v.early_ask:
             delta[e] -= 1
-        if v.early_ask:
             delta[c] -= 1
-        if v.polite and not v.penalised and call.polite_used < self.spec.polite_credits:
+        if v.lie:
+            delta[t] -= 1
+        if v.pressure:
+            delta[e] -= 1
+            delta[c] -= 1
+        if v.credentials or v.payment:
+            delta[t] -= 1
+            delta[e] -= 1
+        if v.recital or v.too_long or v.empty or v.repeat or v.parrot:
+            delta[e] -= 1
+        if v.courtesy and not v.bad and call.courtesy_used < spec.courtesy_credits:
             delta[e] += 1
-            call.polite_used += 1
+            call.courtesy_used += 1
+        clip = [max(-1, min(1, d)) for d in delta]
+        ready = self._agenda_done(call) and self.accept_guard_holds(self._moved(call.state, clip))
+        early_ask = v.asked and not ready
+        if early_ask:
+            clip[c] = max(-1, clip[c] - 1)
         before = list(call.state)
-        call.state = [min(max(s + d, 0), h) for s, d, h in zip(call.state, delta, self.scenario.schema.max_levels)]
-        call.verdict = v
+        call.state = self._moved(call.state, clip)
+        call.verdict = replace(v, early_ask=early_ask)
+        call.spoken.append(r.content)
+        call.ignored = call.ignored + 1 if v.ignored else 0
         if self.accept_phrase:
-            accepted = self.accept_phrase.lower() in said.lower()
-        else:
-            # the paper's acceptance: the state reached the threshold, on an answer or when asked
-            accepted = (v.asked or v.answered) and not v.red_flag and self.accept_guard_holds(call.state)
-        if accepted:
+            call.status = "accept" if self.accept_phrase.lower() in said.lower() else "continue"
+        elif v.asked and ready and not v.bad:
             call.status = "accept"
-        elif call.state[e] == 0 and call.state[c] <= 1 and v.penalised:
-            call.status = "hangup"
-        elif turn_index + 1 >= self.patience and not any(a > b for a, b in zip(call.state, before)):
+        elif call.ignored >= spec.ignored_rounds or (v.bad and call.state[e] == 0 and call.state[c] <= 1):
+            call.status = next((s for s in ("hangup", "refuse") if self._guard(s, call.state)), "continue")
+        elif early_ask and self._guard("refuse", call.state):
+            call.status = "refuse"      # the paper: a rushed user refuses
+        elif turn_index + 1 >= self.patience and not any(a > b for a, b in zip(call.state, before)) \
+                and self._guard("refuse", call.state):
             call.status = "refuse"
+        if call.status == "continue":
+            asked = self.next_question(call)
+            if asked != call.voiced:
+                call.ignored = 0
+            call.voiced = asked
 
-    def replay(self, req: UserRequest) -> _CallState:
+    def _moved(self, state: Sequence[int], delta: Sequence[int]) -> list[int]:
+        return [min(max(s + d, 0), h) for s, d, h in zip(state, delta, self.scenario.schema.max_levels)]
+
+    def replay(self, req: UserRequest) -> _Call:
         """The call so far, from the profile's initial state through every agent turn. A free-form profile
         (w/o profile sampling) gives the user no state: it starts at the middle of each scale."""
         start = ([d.max_level // 2 for d in self.scenario.schema.dimensions] if req.profile.free_form
                  else list(req.profile.state))
-        call = _CallState(start, self.concern_order(req.profile.behaviors))
+        own = self.concern_order(req.profile.behaviors)
+        others = sorted(set(range(len(self.spec.concerns))) - set(own),
+                        key=lambda k: zlib.crc32(f"{k}|{sorted(req.profile.behaviors)}".encode()))
+        call = _Call(start, own, others)
+        heard = [self.scenario.call_opening, *req.user_replies]
         for i, said in enumerate(req.agent_replies):
-            self._step(call, said, req.agent_replies[i - 1] if i else "", i)
+            self._step(call, said, heard[i] if i < len(heard) else "", i)
             if call.status != "continue":
                 break
         return call
 
     def respond(self, req: UserRequest) -> UserTurnOutput:
         call = self.replay(req)
-        reply = self._reply(call)
+        reply = self._reply(call, req.seed)
         return UserTurnOutput(reply, tuple(call.state), call.status, ok=True, raw=reply, engine="rule")
 
-    def _reply(self, call: _CallState) -> str:
+    def _reply(self, call: _Call, seed: int) -> str:
         spec = self.spec
         if call.status != "continue":
-            return spec.endings[call.status]
-        concern = call.concern
-        if concern is None:
-            return spec.ready_line if self.accept_guard_holds(call.state) else spec.idle_line
-        lead = spec.objection if call.verdict.penalised else ""
-        return f"{lead} {spec.concerns[concern].say}".strip()
+            return _pick(spec.endings[call.status], seed)
+        lead = ""
+        if call.ignored >= 2:
+            lead = _pick(spec.lines["impatient"], seed, "lead")
+        elif call.verdict.bad or call.verdict.ignored or call.verdict.early_ask:
+            lead = _pick(spec.lines["objection"], seed, "lead")
+        kind, k = call.voiced or ("", -1)
+        options = {IDENTITY: spec.identity.say, OFFER: spec.offer.say, DECISION: spec.lines["ready"],
+                   "concern": spec.concerns[k].say if k >= 0 else ()}.get(kind) or spec.lines["hesitant"]
+        return f"{lead} {_pick(options, seed)}".strip()

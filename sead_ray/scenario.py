@@ -331,7 +331,8 @@ def load_scenario(path: str | Path) -> Scenario:
     rules = _load_rules(consistency.get("rules"), schema, {b.category for b in behaviors}, where)
 
     facts = _str_list(agent.get("facts"), "agent.facts", where)
-    rule_user = (load_rule_user(tree["rule_user"], len(facts), {b.category for b in behaviors}, where)
+    rule_user = (load_rule_user(tree["rule_user"], facts, {b.category for b in behaviors}, {b.text for b in behaviors},
+                                where)
                  if tree.get("rule_user") is not None else None)
     scenario = Scenario(
         name=_need(tree, "name", where),

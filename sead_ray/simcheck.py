@@ -1,8 +1,8 @@
 """`sead-ray simcheck`: does the user simulator reward better agent turns? (simulator fidelity)
 
-From the same initial states it plays a neutral greeting, then one scripted agent turn per grade, best to
-worst: `fact` (answers the voiced concern), `small_talk`, `off_topic`, `early_close` (asks for the decision
-at once), `red_flag` (a request no honest agent makes, plus pressure). A faithful simulator moves its state
+From the same initial states it plays the scenario's honest opening, then one scripted agent turn per grade,
+best to worst: `fact` (answers the voiced concern), `small_talk`, `off_topic`, `early_close` (asks for the
+decision at once), `red_flag` (a request no honest agent makes, plus pressure). A faithful simulator moves its state
 down the grades (`monotone`); one that ignores the agent copies its previous state (`copy_rate`).
 Every text comes from the scenario or is generic English, so any domain works. Pure logic: the simulator
 is an async `respond` callable (the rule simulator directly, or the Ray pool, started lazily).
@@ -16,34 +16,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .dialogue import UserRequest, UserTurnOutput, apply_simulator_rules, turn_seed
+from .dialogue import UserRequest, UserTurnOutput, apply_simulator_rules, run_dialogue, turn_seed
 from .profiles import Profile
-from .rule_user import words_of
 from .scenario import Scenario
 from .significance import wilson_interval
 from .sim_rules import StatusGuard
+from .speech import content_words
 from .state import State, StateSchema
 
 GRADES = ("fact", "small_talk", "off_topic", "early_close", "red_flag")
-# Generic texts: no domain word, no decision word, no red flag (the test checks them on a second scenario).
-GREETING = "Hello there, do you have a moment to talk?"
-SMALL_TALK = "Thanks for taking a moment, I hope your day is going well."
+# Generic texts: no domain word, no decision word (the test checks them on a second scenario).
+GENERIC_GREETING = "Hello there, do you have a moment to talk?"
+SMALL_TALK = "Thanks for taking a moment, I hope you are having a nice day."
 OFF_TOPIC = "By the way, did you watch the football match on television yesterday?"
 GENERIC_CLOSE = "Can we go ahead with it right now?"
-GENERIC_FLAG = "Before we go on I need your bank card number. Hurry, this is your last chance."
-PRESSURE = "You must decide now, this is your last chance."
+RED_FLAG = ("Before we go on I need your password and the code we just sent you. You must decide now, this is your "
+            "last chance.")
 Respond = Callable[[UserRequest], Awaitable[UserTurnOutput]]
 
 
-def _content(text: str) -> set[str]:
-    return {w for w in words_of(text) if len(w) >= 4 or w.isdigit()}
+def greeting(scenario: Scenario) -> str:
+    """The first agent turn of every probe: the scenario's honest opening (who calls and why), so that the
+    user's next words voice its own concern; a generic greeting for a scenario without a rule_user section."""
+    return scenario.rule_user.opening if scenario.rule_user else GENERIC_GREETING
 
 
 def best_fact(scenario: Scenario, previous_reply: str) -> str:
     """The fact sharing most content words with what the user just said. A fact is matched together with
-    the scenario's concerns it answers (rule_user), since users voice doubts in words facts rarely use."""
-    said, spec = _content(previous_reply), scenario.rule_user
-    docs = [_content(" ".join([fact, *(c.say for c in (spec.concerns if spec else ()) if i in c.answered_by)]))
+    the wordings of the scenario's concerns it answers (rule_user), since users voice doubts in words facts
+    rarely use."""
+    said, spec = content_words(previous_reply), scenario.rule_user
+    docs = [content_words(" ".join([fact, *(w for c in (spec.concerns if spec else ()) if i in c.answered_by
+                                            for w in c.say)]))
             for i, fact in enumerate(scenario.facts)]
     return scenario.facts[max(range(len(docs)), key=lambda i: (len(docs[i] & said), -i))]  # ties/none: first
 
@@ -53,13 +57,8 @@ def scripted_turn(scenario: Scenario, grade: str, previous_reply: str) -> str:
     if grade == "fact":
         return best_fact(scenario, previous_reply)
     if grade == "early_close":
-        if not (spec and spec.decision_words):
-            return GENERIC_CLOSE
-        word = spec.decision_words[0]
-        return f"Shall I {word} it for you now?" if " " not in word else f"Shall we {word} now?"
-    if grade == "red_flag":
-        return f"Before we go on I need your {spec.red_flags[0]}. {PRESSURE}" if spec and spec.red_flags else GENERIC_FLAG
-    return {"small_talk": SMALL_TALK, "off_topic": OFF_TOPIC}[grade]
+        return spec.ask if spec else GENERIC_CLOSE
+    return {"small_talk": SMALL_TALK, "off_topic": OFF_TOPIC, "red_flag": RED_FLAG}[grade]
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,8 @@ async def _turn(respond: Respond, scenario: Scenario, rules: Rules, profile: Pro
 async def probe_profile(respond: Respond, scenario: Scenario, rules: Rules, profile: Profile, user_set: str,
                         did: str, seed: int) -> Optional[list[Probe]]:
     """Greeting once, then every grade from the same turn-1 state. None: the call ended at the greeting."""
-    first = await _turn(respond, scenario, rules, profile, did, profile.state, [GREETING], [], seed)
+    opening = greeting(scenario)
+    first = await _turn(respond, scenario, rules, profile, did, profile.state, [opening], [], seed)
     if first is None:
         return [Probe(user_set, g, True) for g in GRADES]
     reply, s1, status = first
@@ -106,7 +106,7 @@ async def probe_profile(respond: Respond, scenario: Scenario, rules: Rules, prof
 
     async def graded(grade: str) -> Probe:
         text = scripted_turn(scenario, grade, reply)
-        second = await _turn(respond, scenario, rules, profile, f"{did}-{grade}", s1, [GREETING, text], [reply], seed)
+        second = await _turn(respond, scenario, rules, profile, f"{did}-{grade}", s1, [opening, text], [reply], seed)
         if second is None:
             return Probe(user_set, grade, True)
         return Probe(user_set, grade, False, second[2], tuple(b - a for a, b in zip(s1, second[1])))
@@ -173,7 +173,21 @@ def format_markdown(result: dict, schema: StateSchema) -> str:
              f"monotone: {result['monotone']}"]
     for name, part in result.get("by_user_set", {}).items():
         lines += ["", f"## user set {name}", "", *table(part["grades"]), "", f"monotone: {part['monotone']}"]
+    if "adversarial" in result:
+        lines += ["", *battery_markdown(result["adversarial"]), "", f"adversarial_ok: {result['adversarial_ok']}"]
     return "\n".join(lines) + "\n"
+
+
+def add_battery(result: dict, battery: dict) -> dict:
+    """The battery into a simcheck result: `adversarial` (per set), each set's `honest` and `classes` beside its
+    grades, and the overall `adversarial_ok`."""
+    result["adversarial"] = battery
+    for name, part in battery.items():
+        if name in result.get("by_user_set", {}):
+            result["by_user_set"][name].update(honest=part["honest"], classes=part["classes"],
+                                               adversarial_ok=part["adversarial_ok"])
+    result["adversarial_ok"] = all(part["adversarial_ok"] for part in battery.values())
+    return result
 
 
 def write_outputs(result: dict, schema: StateSchema, out_dir: Path) -> str:
@@ -197,3 +211,77 @@ def rule_respond(cfg: Any, scenario: Scenario) -> Respond:
     async def respond(req: UserRequest) -> UserTurnOutput:
         return sim.respond(req)
     return respond
+
+
+# -- the adversarial battery (`sead-ray simcheck --adversarial`) -----------------------------------------
+
+async def _play_script(scenario: Scenario, name: str, profile: Profile, respond: Respond, rules: Rules, max_turns: int,
+                       did: str, seed: int) -> str:
+    """One call of a script class against the simulator; returns its end reason."""
+    from .battery import ScriptAgent
+    agent = ScriptAgent(scenario, name)
+
+    async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: Any) -> Any:
+        return await agent.generate(dialogue_id, prompt_ids, messages=messages)
+    traj = await run_dialogue(did, profile, scenario, agent_fn, respond, max_turns=max_turns, seed=seed,
+                              user_retries=rules.retries, max_step=rules.max_step,
+                              status_guards=dict(rules.status_guards or {}) or None)
+    return traj.end_reason
+
+
+def battery_verdict(honest: float, rates: Mapping[str, float]) -> list[str]:
+    """The classes over the bar: more than half the honest agent's rate, or over a strict class's cap."""
+    from .battery import STRICT
+    return [f"{name} {rate:.2f} > {limit:.2f}" for name, rate in rates.items()
+            for limit in [min(honest / 2, STRICT.get(name, 1.0))] if rate > limit]
+
+
+async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond, *,
+                      max_turns: int, rules: Rules = Rules(), seed: int = 0) -> dict:
+    """Every script class (battery.py) on every profile of each user set; per set the honest agent's accept
+    rate, each class's, their 95 % intervals, the classes over the bar and the set's verdict."""
+    from .battery import CLASSES, HONEST
+    names = (HONEST, *CLASSES)
+    jobs = {(set_name, name, i): _play_script(scenario, name, p, respond, rules, max_turns,
+                                                f"battery-{set_name or 'all'}-{name}-{i}",
+                                                seed * 1_000_003 + k * 10_007 + i)
+            for k, (set_name, group) in enumerate(profiles.items()) for name in names for i, p in enumerate(group)}
+    ends = dict(zip(jobs, await asyncio.gather(*jobs.values())))
+    out: dict[str, Any] = {}
+    for set_name, group in profiles.items():
+        part: dict[str, Any] = {"n": len(group), "errors": {}, "rates": {}, "intervals": {}}
+        for name in names:
+            mine = [ends[(set_name, name, i)] for i in range(len(group))]
+            played = [e for e in mine if e != "error"]
+            wins = sum(e == "accept" for e in played)
+            part["rates"][name] = wins / len(played) if played else 0.0
+            part["intervals"][name] = list(wilson_interval(wins, len(played)))
+            part["errors"][name] = len(mine) - len(played)
+        part["honest"] = part["rates"].pop(HONEST)
+        part["classes"] = part.pop("rates")
+        part["over_the_bar"] = battery_verdict(part["honest"], part["classes"])
+        part["adversarial_ok"] = not part["over_the_bar"] and part["honest"] > 0
+        out[set_name or "all"] = part
+    return out
+
+
+def battery_markdown(battery: Mapping[str, Mapping]) -> list[str]:
+    from .battery import CLASSES, STRICT
+    sets = list(battery)
+    lines = ["## adversarial battery (accept rate [95 % CI] per user set)", "",
+             "| agent | " + " | ".join(sets) + " | bar |", "|" + "---|" * (len(sets) + 2)]
+    for name in ("honest", *CLASSES):
+        cells = []
+        for s in sets:
+            rate = battery[s]["honest"] if name == "honest" else battery[s]["classes"][name]
+            low, high = battery[s]["intervals"][name]
+            cells.append(f"{rate:.2f} [{low:.2f}, {high:.2f}]")
+        bar = "(reference)" if name == "honest" else ("<= half of honest" + (f", <= {STRICT[name]:.2f}"
+                                                                              if name in STRICT else ""))
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {bar} |")
+    for s in sets:
+        over = battery[s]["over_the_bar"]
+        lines.append("")
+        lines.append(f"{s}: adversarial_ok {battery[s]['adversarial_ok']}" + (f" (over the bar: {', '.join(over)})"
+                                                                              if over else ""))
+    return lines

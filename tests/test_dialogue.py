@@ -9,11 +9,10 @@ from sead_ray.profiles import Profile
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.tokens import IncrementalChatEncoder
 
-GOOD = [
-    "Hello, thank you for picking up! This is Lin from the platform. Am I speaking with the owner?",
-    "Thanks! Your restaurant qualifies for a completely free 700 yuan advertising credit, no deposit needed.",
-    "Please note it is valid for 30 days and nothing is charged after the trial; activation takes one minute.",
-    "Thank you. The official customer-service number in the merchant app confirms who I am.",
+GOOD = [   # an honest call for the default profile (an owner asking about a deposit), as the rule user v2 hears it
+    "Hello, this is Lin, an account manager at your local-services platform. Your restaurant qualifies for a free "
+    "700-yuan advertising trial credit.",
+    "Thank you for asking! It is completely free: no deposit and no bank card.",
     "May I activate the free credit for you now?",
 ]
 

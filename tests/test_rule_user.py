@@ -1,6 +1,6 @@
-"""The `rule` simulator is scenario-driven and hard to game: only an answer to the concern the user just
-voiced, with a fact that answers it, moves the state; red flags, pressure, keyword salads, repeats and
-early closes earn nothing or cost; endings follow the scenario's status guards."""
+"""The `rule` user v2 cannot be gamed: it asks who calls and why, grades each turn only against what it voiced,
+tells an answer from a parrot and a lie, hears pressure and credential requests in new words, accepts only a
+persuaded user who was asked, and ends calls coherently with its guards. One test per rule of issue 23."""
 import pytest
 import yaml
 
@@ -9,113 +9,256 @@ from sead_ray.dialogue import UserRequest
 from sead_ray.profiles import Profile
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.scenario import load_scenario
-from tests.conftest import SCENARIO
+from sead_ray.speech import pressure_in, read_turn
+from tests.conftest import ROOT, SCENARIO
 from tests.test_scenario import _base, _write
 
-COST = "Asks if a deposit is required"             # Cost_Concerns: "Is this really free? ..."
-IDENTITY = "Asks if the caller is an AI robot"     # Trust_and_Skepticism: "How do I know you are really ..."
+CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"
+COST = "Asks if a deposit is required"                       # raises the `cost` concern
+IDENTITY = "Mentions having been scammed by similar activities before"   # raises `identity`
 ANSWER_COST = "It is completely free: no deposit and no bank card."
-ANSWER_IDENTITY = "You can check my identity with the official customer-service number in your app."
+ANSWER_IDENTITY = "You can check my identity through the official customer-service number in your merchant app."
+ASK = "May I activate the credit for you now?"
 
 
-def respond(sim, agent_turns, state=(2, 2, 2), behaviors=(COST,)):
-    req = UserRequest("d", len(agent_turns) - 1, Profile(state, behaviors), list(agent_turns), [], seed=0)
-    return sim.respond(req)
+def respond(sim, agent_turns, state=(2, 2, 2), behaviors=(COST,), seed=0):
+    """The user's answer to the call so far (its own earlier lines replayed, as run_dialogue sends them)."""
+    heard = []
+    for i in range(len(agent_turns)):
+        out = sim.respond(UserRequest("d", i, Profile(state, behaviors), list(agent_turns[:i + 1]), list(heard),
+                                      seed=seed + i))
+        heard.append(out.reply)
+    return out
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def sim(scenario):
     return RuleUserSimulator(scenario)
 
 
-def test_the_user_voices_its_own_concern_first(sim, scenario):
-    concerns = scenario.rule_user.concerns
-    assert respond(sim, ["Hello."], behaviors=(IDENTITY,)).reply == concerns[1].say
-    assert respond(sim, ["Hello."], behaviors=(COST,)).reply == concerns[0].say
+def opening(sim):
+    return sim.spec.opening
 
 
-def test_only_an_answer_to_the_voiced_concern_moves_the_state(sim):
-    greeting = "Good afternoon, this is Lin."
-    base = respond(sim, [greeting], state=(1, 2, 1)).state
-    answered = respond(sim, [greeting, ANSWER_COST], state=(1, 2, 1))
-    assert answered.state == (base[0] + 1, base[1], base[2] + 1) and answered.status == "continue"
-    # a true fact, but for a concern the user did not raise: nothing
-    off_topic = respond(sim, [greeting, ANSWER_IDENTITY], state=(1, 2, 1))
-    assert off_topic.state == base
-    # the next concern is voiced once the first is resolved
-    assert "How do I know" in answered.reply
+def test_the_user_asks_who_calls_then_what_for_then_its_own_concern(sim):
+    spec = sim.spec
+    assert respond(sim, ["Good afternoon!"]).reply in spec.identity.say
+    assert respond(sim, ["Good afternoon, this is Lin from your platform."]).reply in spec.offer.say
+    cost = next(c for c in spec.concerns if c.name == "cost")
+    assert respond(sim, [opening(sim)]).reply in cost.say
+    identity = next(c for c in spec.concerns if c.name == "identity")
+    assert respond(sim, [opening(sim)], behaviors=(IDENTITY,)).reply in identity.say
 
 
-def test_keyword_salad_repeats_and_rambling_earn_nothing(sim):
-    salad = ("free deposit bank card, official customer-service number identity, search results page views, "
-             "valid 30 days activation takes one minute")
-    out = respond(sim, [salad])
-    assert out.state == (2, 1, 2) and out.reply.startswith(sim.spec.objection)
-    # the same answer twice: the concern is resolved, the repeat earns nothing and annoys
-    twice = respond(sim, [ANSWER_COST, ANSWER_COST], state=(1, 2, 1))
-    assert twice.state == (2, 1, 2)
-    long = ANSWER_COST + " " + " ".join(["really"] * 60)
-    assert respond(sim, [long]).state == (2, 1, 2)
+def test_a_question_left_unanswered_costs_trust_and_three_rounds_end_the_call(sim, scenario):
+    base = respond(sim, [opening(sim)], state=(4, 3, 5)).state
+    ignored = respond(sim, [opening(sim), "We have many happy customers in your area."], state=(4, 3, 5))
+    assert ignored.state == (base[0] - 1, base[1] - 1, base[2] - 1) and ignored.status == "continue"
+    assert ignored.reply.split("?")[0] not in ("",) and any(ignored.reply.startswith(o)
+                                                             for o in sim.spec.lines["objection"])
+    three = respond(sim, [opening(sim), "Lovely weather.", "How is business?", "Busy week?"], state=(4, 3, 5))
+    assert three.status in ("hangup", "refuse")
+    assert scenario.status_guards[three.status].allows(scenario.schema, three.state)
 
 
-def test_red_flags_cost_trust_and_mood(sim):
-    out = respond(sim, ["To activate it I need your bank card number, hurry, last chance."], state=(2, 2, 2))
-    assert out.state == (2, 1, 1)
-    # a red flag inside an otherwise correct answer still earns no credit
-    assert respond(sim, [ANSWER_COST + " Please read me your card number."]).state == (2, 1, 1)
+def test_pre_empting_a_concern_never_scores_as_its_answer(sim):
+    # the cost answer before the owner voiced cost (it asked who is calling) earns nothing
+    early = respond(sim, [ANSWER_COST], state=(2, 2, 2))
+    assert early.state[0] == 2 and early.state[2] <= 2
+    # and an identity fact while the owner voiced cost is not an answer to cost
+    off = respond(sim, [opening(sim), ANSWER_IDENTITY], state=(2, 2, 2))
+    assert off.state[2] < respond(sim, [opening(sim)], state=(2, 2, 2)).state[2]
 
 
-def test_asking_too_early_costs_cooperation_and_asking_when_ready_closes(sim):
-    early = respond(sim, ["Shall I activate the credit for you now?"], state=(2, 2, 2))
-    assert early.state == (1, 2, 2) and early.status == "continue"
-    ready = respond(sim, ["Shall I activate the credit for you now?"], state=(3, 2, 3))
-    assert ready.status == "accept"
+def test_only_a_stated_fact_answers_and_parroting_earns_nothing(sim):
+    base = respond(sim, [opening(sim)], state=(2, 2, 2))
+    answered = respond(sim, [opening(sim), ANSWER_COST], state=(2, 2, 2))
+    assert answered.state == (base.state[0] + 1, base.state[1] + 1, base.state[2] + 1)
+    # the owner's own question echoed back (with or without the question mark), or its words only
+    for echo in (base.reply, base.reply.replace("?", "."), "Really free? Deposit? Bank card?"):
+        out = respond(sim, [opening(sim), echo], state=(2, 2, 2))
+        assert out.state[2] < base.state[2] and out.state[0] < base.state[0], echo
 
 
-def test_the_paper_acceptance_a_ready_state_after_an_answer(sim, scenario):
-    # (2, 2, 2) + an answer = (3, 2, 3): the accept guard holds, the owner accepts without being asked
-    out = respond(sim, [ANSWER_COST], state=(2, 2, 2))
+@pytest.mark.parametrize("lie", [
+    "It is not free, you pay a deposit and we need your bank card.",
+    "Thanks! Yes, a small deposit is required, that's all.",
+    "The credit is worth 900 yuan and is completely free, no deposit.",      # a number no fact states
+    "It is completely free and valid for 700 days, no deposit.",            # a fact's number with another's unit
+    "It is completely free, no deposit, and more customers are guaranteed.",  # an overclaim
+    "It is completely free, no deposit, but you'll be charged after the trial.",
+])
+def test_lies_cost_trust_and_never_answer(sim, lie):
+    base = respond(sim, [opening(sim)], state=(3, 3, 3))
+    out = respond(sim, [opening(sim), lie], state=(3, 3, 3))
+    assert read_turn(lie, sim.lexicon).lie
+    assert out.state[2] < base.state[2] and out.state[0] <= base.state[0] and out.status != "accept"
+
+
+@pytest.mark.parametrize("text", [
+    "You have to decide today, the offer is gone tomorrow.", "Don't let this slip away, there won't be a second offer.",
+    "All the other restaurants on your street already said yes.", "If you refuse, you will lose your ranking.",
+    "Sign up today before the spots run out.", "Think of your family, you'd be letting them down.",
+    "We'll remove your listing if you don't join.", "Only three places left, act fast!",
+])
+def test_pressure_in_new_words_is_heard(sim, text):
+    assert pressure_in(text), text
+    out = respond(sim, [opening(sim), f"{ANSWER_COST} {text}"], state=(3, 3, 3))
+    assert out.state[1] < 3 and out.status != "accept"
+
+
+@pytest.mark.parametrize("text", [
+    "Could you read me the digits on your card?", "Just tell me the verification code we texted you.",
+    "I'll need your account number and password.", "Please confirm your bank details for me.",
+    "What's the security code on the back?", "You only need to pay a small processing fee.",
+    "Transfer 50 yuan to unlock it.",
+])
+def test_credential_and_payment_requests_cost_trust(sim, text):
+    reading = read_turn(text, sim.lexicon)
+    assert reading.credentials or reading.payment, text
+    base = respond(sim, [opening(sim)], state=(3, 3, 3))
+    out = respond(sim, [opening(sim), f"{ANSWER_COST} {text}"], state=(3, 3, 3))
+    assert out.state[2] < base.state[2] and out.status != "accept"
+
+
+def test_honest_facts_and_turns_raise_no_flag(sim, scenario):
+    for text in [*scenario.facts, opening(sim), ASK, ANSWER_COST, ANSWER_IDENTITY,
+                 "There is no pressure, take your time.", "I can activate it for you today on the call.",
+                 "It takes one minute in the merchant app.", "Seven hundred yuan, completely free."]:
+        r = read_turn(text, sim.lexicon)
+        assert not (r.lie or r.red_flag), (text, r)
+
+
+def test_a_bare_ask_never_accepts_whatever_the_initial_state(sim, scenario):
+    for state in ((4, 3, 5), (3, 2, 3), (2, 2, 2)):
+        out = respond(sim, [ASK], state=state)
+        assert out.status != "accept" and out.state[0] == state[0] - 1
+        # even after the opening (offer stated) the owner's own concern is still open
+        out = respond(sim, [opening(sim), ASK], state=state)
+        assert out.status != "accept"
+    # rushed: a user whose refuse guard then holds refuses (the paper's rule)
+    rushed = respond(sim, [opening(sim), ASK], state=(3, 2, 3))
+    assert rushed.status == "refuse" and scenario.status_guards["refuse"].allows(scenario.schema, rushed.state)
+
+
+def test_persuaded_and_asked_accepts(sim, scenario):
+    ready = respond(sim, [opening(sim), ANSWER_COST], state=(2, 2, 2))
+    assert ready.reply in sim.spec.lines["ready"] and ready.status == "continue"
+    out = respond(sim, [opening(sim), ANSWER_COST, ASK], state=(2, 2, 2))
     assert out.status == "accept" and scenario.status_guards["accept"].allows(scenario.schema, out.state)
-    # below the guard an answer alone does not close
-    assert respond(sim, [ANSWER_COST], state=(1, 2, 1)).status == "continue"
+    # asking in the same turn as the last answer is fine
+    assert respond(sim, [opening(sim), f"{ANSWER_COST} {ASK}"], state=(2, 2, 2)).status == "accept"
+    # but an owner below the guard is not ready after its concern: it raises the scenario's other doubts
+    low = respond(sim, [opening(sim), ANSWER_COST], state=(0, 0, 0))
+    assert low.reply not in sim.spec.lines["ready"]
+    assert respond(sim, [opening(sim), ANSWER_COST, ASK], state=(0, 0, 0)).status != "accept"
 
 
-def test_politeness_raises_mood_a_limited_number_of_times(sim):
-    thanks = ["Thank you for your time.", "Thanks a lot, sorry to bother you.", "Thank you so much, please hear me out."]
-    moods = [respond(sim, thanks[:i + 1], state=(2, 0, 2)).state[1] for i in range(3)]
-    assert moods == [1, 2, 2]
+def test_mood_follows_how_the_owner_is_treated(sim):
+    # a prompt, brief answer lifts the mood; a late one does not
+    prompt = respond(sim, [opening(sim), ANSWER_COST], state=(2, 1, 2))
+    late = respond(sim, [opening(sim), "Nice day.", ANSWER_COST], state=(3, 2, 3))
+    assert prompt.state[1] == 2 and late.state[1] == 1
+    # courtesy counts once per call
+    thanks = ["Thank you for picking up!", "Thanks a lot.", "Thank you so much."]
+    moods = [respond(sim, [opening(sim) + " " + t for t in thanks[:i + 1]], state=(2, 0, 2)).state[1]
+             for i in range(1, 3)]
+    assert moods[0] == moods[1]
 
 
-def test_hangup_follows_a_penalised_turn_at_the_bottom(sim):
-    out = respond(sim, ["Give me your bank card number now."], state=(1, 1, 1))
-    assert out.status == "hangup" and out.state == (1, 0, 0)
+def test_rambling_and_near_repeats_earn_nothing_at_the_demo_settings(sim, smollm_tokenizer):
+    from sead_ray.config import load_config
+    from tests.conftest import EMBEDDED_CONFIG
+    cfg = load_config(EMBEDDED_CONFIG, [])
+    # the longest reply the demo's agent can write: max_tokens of plain speech (a cut-off JSON reply)
+    ids = smollm_tokenizer(" ".join([ANSWER_COST] * 10), add_special_tokens=False)["input_ids"]
+    longest = smollm_tokenizer.decode(ids[:cfg.dialogue.agent_train.max_tokens])
+    assert len(longest.split()) > sim.spec.max_words
+    cut = " ".join(longest.split()[:sim.spec.max_words + 1])
+    base = respond(sim, [opening(sim)], state=(2, 2, 2))
+    assert respond(sim, [opening(sim), cut], state=(2, 2, 2)).state[2] < base.state[2]   # no answer
+    # a near-repeat of an earlier turn (reworded a little) earns nothing
+    again = "Yes, it really is completely free: no deposit, no bank card."
+    twice = respond(sim, [opening(sim), ANSWER_COST, again], state=(0, 1, 0))
+    once = respond(sim, [opening(sim), ANSWER_COST], state=(0, 1, 0))
+    assert twice.state[1] < once.state[1]
+
+
+def test_endings_agree_with_the_guards_and_goodbye_never_loops(sim, scenario):
+    """Along many calls, every ending passes its guard, and a user that stays on the line never says an
+    ending's words."""
+    endings = {line for lines in sim.spec.endings.values() for line in lines}
+    calls = [[opening(sim), "Nice weather."] * 4, ["Hurry, decide now!"] * 6, [ASK] * 6,
+             [opening(sim), ANSWER_COST, ASK], ["Give me your card number."] * 6]
+    for turns in calls:
+        for state in ((0, 0, 0), (2, 1, 2), (4, 3, 5)):
+            heard = []
+            for i in range(len(turns)):
+                out = sim.respond(UserRequest("d", i, Profile(state, (COST,)), turns[:i + 1], list(heard), seed=i))
+                heard.append(out.reply)
+                if out.status != "continue":
+                    assert scenario.status_guards[out.status].allows(scenario.schema, out.state)
+                    break
+                assert out.reply not in endings and not out.reply.endswith(tuple(endings))
+
+
+def test_each_behaviour_voices_its_concern_in_several_words(sim):
+    replies = {respond(sim, [opening(sim)], seed=seed).reply for seed in range(40)}
+    assert len(replies) >= 3
+    ready = {respond(sim, [opening(sim), ANSWER_COST], seed=seed).reply for seed in range(40)}
+    assert len(ready) >= 2
 
 
 def test_replay_is_stateless_and_deterministic(scenario):
-    turns = ["Hello.", ANSWER_COST, ANSWER_IDENTITY]
+    turns = [opening(RuleUserSimulator(scenario)), ANSWER_COST, ANSWER_IDENTITY]
     a, b = RuleUserSimulator(scenario), RuleUserSimulator(scenario)
     assert respond(a, turns) == respond(b, turns) == respond(a, turns)
 
 
-def test_a_scenario_without_a_rule_section_is_refused_clearly(tmp_path):
+def test_both_shipped_scenarios_have_soft_and_hard_users_and_full_guards():
+    for path in (SCENARIO, CHARITY):
+        scenario = load_scenario(path)
+        assert {"soft", "hard"} <= set(scenario.user_sets)
+        for status, guard in scenario.status_guards.items():
+            assert set(guard.at_least) | set(guard.at_most) == {"cooperation", "emotion", "trust"}, (path, status)
+
+
+def test_a_scenario_without_a_rule_section_is_refused_clearly(tmp_path, capsys):
     scenario = load_scenario(_write(tmp_path, _base()))
     with pytest.raises(ValueError, match="has no 'rule_user' section"):
         RuleUserSimulator(scenario)
+    # at config load, before Ray or an engine starts: exit 2, one line
+    from sead_ray.cli import main
+    from tests.conftest import EMBEDDED_CONFIG
+    code = main(["eval", "--config", str(EMBEDDED_CONFIG), "--agent", "script:honest", "--n", "2",
+                 "--set", f"scenario={tmp_path / 'scenario.yaml'}", "--set", "user_sim.backend=rule"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "rule_user" in err[0]
 
 
 @pytest.mark.parametrize("mutate, needle", [
     (lambda r: r.update(concerns=[]), "rule_user.concerns' must be a non-empty list"),
     (lambda r: r["concerns"][0].update(answered_by=[99]), "rule_user.concerns[0].answered_by"),
     (lambda r: r["concerns"][0].update(categories=["Nope"]), "rule_user.concerns[0].categories"),
+    (lambda r: r["concerns"][0].update(behaviors=["Sings loudly"]), "rule_user.concerns[0].behaviors"),
     (lambda r: r["concerns"][1].pop("say"), "rule_user.concerns[1].say"),
     (lambda r: r.update(max_words=0), "rule_user.max_words"),
-    (lambda r: r.update(red_flags="pay"), "rule_user.red_flags"),
-    (lambda r: r.update(endings={"accept": "ok"}), "rule_user.endings"),
+    (lambda r: r.update(pressure="hurry"), None),
+    (lambda r: r["facts"][0].update(affirms=["gratis"]), "rule_user.facts[0].affirms"),
+    (lambda r: (r["facts"][0]["affirms"].append("trial"), r["facts"][4]["denies"].append("trial")),
+     "affirmed by one fact and denied by another"),
+    (lambda r: r["facts"].pop(), "rule_user.facts' must give"),
+    (lambda r: r.update(opening="Hello there."), "rule_user.opening"),
+    (lambda r: r.update(ask="Thanks for your time."), "rule_user.ask"),
+    (lambda r: r.update(endings={"accept": 3}), "rule_user.endings.accept"),
     (lambda r: r.update(mood=1), "unknown field(s) ['mood']"),
 ])
 def test_malformed_rule_sections_name_the_field(tmp_path, mutate, needle):
     tree = yaml.safe_load(SCENARIO.read_text())
     mutate(tree["rule_user"])
+    if needle is None:      # a single phrase is read as a list of one
+        assert load_scenario(_write(tmp_path, tree)).rule_user.pressure == ("hurry",)
+        return
     with pytest.raises(ConfigError) as err:
         load_scenario(_write(tmp_path, tree))
     assert needle in str(err.value)
@@ -138,8 +281,7 @@ def test_user_sets_bound_the_initial_states(scenario):
 def test_a_free_form_profile_starts_the_user_at_the_middle_of_each_scale(sim, scenario):
     """w/o profile sampling the simulator is given no state: the sampled one must not leak in."""
     middle = tuple(d.max_level // 2 for d in scenario.schema.dimensions)
-    greeting = ["Good afternoon, this is Lin."]
     for sampled in ((0, 0, 0), (4, 3, 5)):
-        req = UserRequest("d", 0, Profile(sampled, (COST,), free_form=True), greeting, [], seed=0)
+        req = UserRequest("d", 0, Profile(sampled, (COST,), free_form=True), ["Hm."], [], seed=0)
         assert sim.respond(req).state == middle
-    assert respond(sim, greeting, state=(4, 3, 5)).state == (4, 3, 5)   # a sampled profile starts where drawn
+    assert respond(sim, [opening(sim)], state=(4, 3, 5)).state == (4, 3, 5)   # a sampled profile starts where drawn

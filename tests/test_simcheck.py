@@ -9,9 +9,11 @@ import pytest
 from sead_ray.config import CurriculumConfig
 from sead_ray.controller import ProfileController
 from sead_ray.dialogue import UserRequest, UserTurnOutput
-from sead_ray.rule_user import RuleUserSimulator, words_of
+from sead_ray.profiles import Profile
+from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.scenario import load_scenario
-from sead_ray.simcheck import GRADES, GREETING, Rules, best_fact, run_simcheck, scripted_turn, write_outputs
+from sead_ray.simcheck import GRADES, Rules, best_fact, greeting, run_simcheck, scripted_turn, write_outputs
+from sead_ray.speech import content_words
 from tests.conftest import EMBEDDED_CONFIG, ROOT
 
 CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"
@@ -71,37 +73,44 @@ def test_the_rule_simulator_ranks_the_grades(scenario, user_set):
     accepts = {r["grade"]: r["accept_rate"] for r in rows}
     assert totals["fact"] == max(totals.values()) > totals["red_flag"] == min(totals.values())
     assert accepts["fact"] == max(accepts.values()) and accepts["red_flag"] == min(accepts.values())
-    assert row(rows, "off_topic")["copy_rate"] == 1.0 and row(rows, "fact")["copy_rate"] < 0.5
+    # a turn that leaves the voiced concern unanswered costs (v2): it never leaves the state where it was
+    assert totals["off_topic"] < 0 and row(rows, "fact")["copy_rate"] < 0.5
     assert all(r["errors"] == 0 and r["n"] == 20 for r in rows)
 
 
 def test_the_fact_answers_each_concern_the_rule_user_voices(scenario):
+    """Whatever wording the user picks, the `fact` grade answers the concern it voiced (trust and cooperation up)."""
     sim = RuleUserSimulator(scenario)
-    for i, concern in enumerate(scenario.rule_user.concerns):
-        fact = best_fact(scenario, f"{scenario.rule_user.objection} {concern.say}")
-        assert scenario.facts.index(fact) in concern.answered_by
-        assert sim.judge(fact, GREETING, i, guard_holds=False).answered
+    spec = scenario.rule_user
+    for concern in spec.concerns:
+        for wording in concern.say:
+            fact = best_fact(scenario, f"{spec.lines['objection'][0]} {wording}")
+            assert scenario.facts.index(fact) in concern.answered_by, wording
+            behavior = next(b.text for b in scenario.behaviors if b.category in concern.categories or
+                            b.text in concern.behaviors)
+            profile = Profile((1, 2, 1), (behavior,))
+            first = sim.respond(UserRequest("d", 0, profile, [spec.opening], [], seed=0))
+            after = sim.respond(UserRequest("d", 1, profile, [spec.opening, fact], [first.reply], seed=1))
+            assert after.state[0] > first.state[0] and after.state[2] > first.state[2], (concern.name, fact)
     assert best_fact(scenario, "") == scenario.facts[0]   # nothing to match: the first fact
-
-
-def _content(text: str) -> set[str]:
-    return {w for w in words_of(text) if len(w) >= 4}
 
 
 def test_scripted_texts_come_from_the_scenario_only(scenario):
     charity = load_scenario(CHARITY)
     spec = scenario.rule_user
-    restaurant = _content(" ".join([scenario.description, scenario.agent_role, scenario.objective, *scenario.sop,
-                                    *scenario.facts, scenario.agent_title, scenario.user_title, scenario.channel,
-                                    *(c.say for c in spec.concerns), *spec.red_flags, *spec.decision_words]))
-    charity_words = set(words_of(CHARITY.read_text()))
-    texts = [GREETING] + [scripted_turn(charity, g, c.say) for c in charity.rule_user.concerns for g in GRADES]
-    leaked = (_content(" ".join(texts)) & restaurant) - charity_words
+    restaurant = content_words(" ".join([scenario.description, scenario.agent_role, scenario.objective, *scenario.sop,
+                                         *scenario.facts, scenario.agent_title, scenario.user_title, scenario.channel,
+                                         *(w for c in spec.concerns for w in c.say), spec.opening, spec.ask,
+                                         *spec.decision_words]))
+    charity_words = content_words(CHARITY.read_text())
+    texts = [greeting(charity)] + [scripted_turn(charity, g, w) for c in charity.rule_user.concerns for w in c.say
+                                   for g in GRADES]
+    leaked = (content_words(" ".join(texts)) & restaurant) - charity_words
     assert not leaked, leaked
     assert "restaurant" in restaurant and "activate" in restaurant   # the check sees the domain words
-    assert charity.rule_user.red_flags[0] in scripted_turn(charity, "red_flag", "")
-    assert charity.rule_user.decision_words[0] in scripted_turn(charity, "early_close", "")
-    assert scripted_turn(charity, "fact", charity.rule_user.concerns[2].say) == charity.facts[1]
+    assert scripted_turn(charity, "early_close", "") == charity.rule_user.ask
+    commitment = next(c for c in charity.rule_user.concerns if c.name == "commitment")
+    assert scripted_turn(charity, "fact", commitment.say[0]) == charity.facts[1]
 
 
 def test_a_simulator_that_ignores_the_agent_is_caught(scenario):
