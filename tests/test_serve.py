@@ -13,6 +13,7 @@ from sead_ray.config import ConfigError
 from sead_ray.endpoint import EndpointAgent, EndpointClient, EndpointRef, api_key_from_env, endpoint_ref
 from sead_ray.models import ModelError, resolve_model
 from sead_ray.prompts.agent import agent_messages
+from sead_ray.scenario import load_scenario
 from sead_ray.serving import RequestError, ServeLimits, model_messages, parse_request, response_body
 from tests.conftest import EMBEDDED_CONFIG, SCENARIO
 from tests.helpers.biased_agent import WITH_PHRASE, WITHOUT
@@ -171,10 +172,15 @@ def test_the_served_agent_plays_eval_and_compare_as_an_endpoint(served_agent, tm
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["metrics"]["estimates"] >= 3 and summary["metrics"]["upa"] is not None
 
+    # beside the served agent and a local one, two scripted agents of the adversarial battery (no engine)
     proc = _cli("compare", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agents", agent, "tiny:llama-h64",
-                "--n", "3", "--seed", "1", "--out", str(tmp_path / "cmp"))
+                "script:honest", "script:open_loop_facts", "--n", "3", "--seed", "1", "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    assert [r["agent"] for r in rows] == [agent, "tiny:llama-h64"] and all(r["n"] == 3 for r in rows)
+    assert [r["agent"] for r in rows] == [agent, "tiny:llama-h64", "script:honest", "script:open_loop_facts"]
+    assert all(r["n"] == 3 for r in rows) and rows[2]["paired_vs_first"]["pairs"] == 3
+    honest = [json.loads(line) for line in next((tmp_path / "cmp" / "agents").glob("2-*")).joinpath(
+        "dialogues.jsonl").read_text().splitlines()]
+    assert honest[0]["turns"][0]["agent"] == load_scenario(SCENARIO).rule_user.opening   # the script spoke
     assert rows[0]["upa"] is not None and rows[0]["errors"] == 0
     assert (tmp_path / "cmp" / "compare.md").exists()

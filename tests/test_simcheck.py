@@ -174,3 +174,55 @@ def test_cli_writes_both_files_with_the_rule_backend(tmp_path, capsys):
     assert "| fact |" in capsys.readouterr().out and (tmp_path / "simcheck.md").exists()
     assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--n", "2", "--user-sets", "nope",
                  "--out", str(tmp_path / "x")]) == 2
+
+
+def test_the_battery_passes_on_both_shipped_scenarios_and_catches_a_gameable_user(scenario):
+    """Every scripted class against the rule user v2 (both scenarios, both user sets) stays under the bar; a
+    user that accepts whoever mentions a fact's words (the v1 weakness) is caught."""
+    from sead_ray.battery import CLASSES
+    from sead_ray.simcheck import run_battery
+    for scen in (scenario, load_scenario(CHARITY)):
+        sets = {s: profiles(scen, s, 30, seed=5) for s in ("soft", "hard")}
+        result = asyncio.run(run_battery(scen, sets, rule(scen), max_turns=6, rules=Rules(1, scen.status_guards, 2)))
+        for name, part in result.items():
+            assert part["adversarial_ok"], (scen.name, name, part["over_the_bar"])
+            assert part["honest"] >= 0.5 and set(part["classes"]) == set(CLASSES)
+
+    facts = {w for f in scenario.facts for w in content_words(f)}
+
+    async def keyword_user(req: UserRequest) -> UserTurnOutput:
+        said = content_words(req.agent_replies[-1])
+        status = "accept" if len(said & facts) >= 3 and req.turn_index >= 1 else "continue"
+        return UserTurnOutput("Go on.", req.current_state, status, ok=True)
+    sets = {"soft": profiles(scenario, "soft", 20)}
+    gamed = asyncio.run(run_battery(scenario, sets, keyword_user, max_turns=4))["soft"]
+    assert not gamed["adversarial_ok"] and any(c.startswith("open_loop_facts") for c in gamed["over_the_bar"])
+
+
+def test_cli_adversarial_writes_the_battery_per_user_set(tmp_path, capsys):
+    from sead_ray.cli import main
+    out = tmp_path / "adv"
+    assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--adversarial", "--n", "8", "--user-sets", "soft,hard",
+                 "--out", str(out)]) == 0
+    data = json.loads((out / "simcheck.json").read_text())
+    assert data["adversarial_ok"] is True
+    for name in ("soft", "hard"):
+        part = data["by_user_set"][name]
+        assert 0 < part["honest"] <= 1 and part["classes"]["lies"] == 0.0 and len(part["classes"]) == 11
+    assert "## adversarial battery" in (out / "simcheck.md").read_text() and "open_loop_facts" in capsys.readouterr().out
+
+
+def test_script_agents_answer_in_the_agents_format_from_what_they_heard(scenario):
+    from sead_ray.battery import ScriptAgent, script_class
+    from sead_ray.models import ModelError
+    from sead_ray.prompts.agent import agent_messages, parse_agent_output
+    agent = ScriptAgent(scenario, script_class("script:honest"))
+    first = asyncio.run(agent.generate("d", None, messages=agent_messages(scenario, [], [])))
+    parsed = parse_agent_output(first.text, scenario.schema)
+    assert parsed.ok and parsed.reply == scenario.rule_user.opening
+    cost = next(c for c in scenario.rule_user.concerns if c.name == "cost")
+    second = asyncio.run(agent.generate("d", None, messages=agent_messages(scenario, [cost.say[2]], [first.text])))
+    assert parse_agent_output(second.text, scenario.schema).reply == scenario.facts[cost.answered_by[0]]
+    assert script_class("tiny:llama-h64") is None
+    with pytest.raises(ModelError, match="unknown script class 'nope'"):
+        script_class("script:nope")
