@@ -159,7 +159,7 @@ class RuleUserSimulator:
         return None
 
     # -- one agent turn --------------------------------------------------------------------------
-    def judge(self, said: str, call: _Call, user_line: str) -> tuple[TurnVerdict, TurnReading, set[int]]:
+    def judge(self, said: str, call: _Call, user_line: str) -> tuple[TurnVerdict, TurnReading]:
         """Grade one agent turn against the question the user voiced last (`call.voiced`)."""
         spec = self.spec
         r = read_turn(said, self.lexicon)
@@ -178,7 +178,7 @@ class RuleUserSimulator:
         answered = not v.bad and ((kind == IDENTITY and r.identifies) or (kind == OFFER and r.offers)
                                   or (kind == "concern" and k in stated) or (kind == DECISION and r.asks))
         ignored = call.voiced is not None and kind != DECISION and not answered
-        return replace(v, answered=answered, ignored=ignored), r, stated
+        return replace(v, answered=answered, ignored=ignored), r
 
     def _concerns_stated(self, r: TurnReading, beyond: frozenset = frozenset()) -> set[int]:
         """The concerns one of whose facts the turn states (`answer_terms` of its terms, not counting `beyond`)."""
@@ -187,7 +187,7 @@ class RuleUserSimulator:
 
     def _step(self, call: _Call, said: str, user_line: str, turn_index: int) -> None:
         spec, (c, e, t) = self.spec, (self._idx["cooperation"], self._idx["emotion"], self._idx["trust"])
-        v, r, _ = self.judge(said, call, user_line)
+        v, r = self.judge(said, call, user_line)
         delta = [0] * len(call.state)
         kind, k = call.voiced or ("", -1)
         if v.answered and kind in ("concern", IDENTITY, OFFER):

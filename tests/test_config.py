@@ -7,7 +7,7 @@ from tests.conftest import EMBEDDED_CONFIG, ROOT
 def test_embedded_and_paper_configs_load():
     cfg = load_config(EMBEDDED_CONFIG)
     assert cfg.models.agent == "embedded:smollm2-135m-instruct"
-    assert cfg.dialogue.max_turns == 4
+    assert cfg.dialogue.max_turns == 6 and cfg.dialogue.agent_train.max_tokens == 64
     # the demo's learning setting: the scenario's rule simulator on soft users, GRPO groups of 4
     assert (cfg.user_sim.backend, cfg.curriculum.user_set, cfg.train.rollouts_per_profile,
             cfg.train.advantage_mode) == ("rule", "soft", 4, "group_mean")
