@@ -47,15 +47,26 @@ PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     # obligation and urgency to decide
     rf"\b(?:have to|has to|must|need to|needs to|got to|gotta|should)\b{_W}\s+"
     r"(?:decide|answer|agree|commit|sign|say yes|act|choose)",
-    rf"\b(?:decide|sign|act|agree|commit|answer)\w*\s+(?:up\s+)?{_SOON}\b",
+    rf"\b(?:decide|sign|act|agree|commit|answer|join|accept)\w*\s+(?:up\s+)?{_SOON}\b",
     r"\b(?:hurry|asap|urgent|urgently|immediately|right away|without delay|no time to (?:lose|waste)|"
     r"clock is ticking)\b",
     r"\b(?:don't|do not|never) (?:wait|hesitate|think too long|delay)\b",
+    r"\b(?:don't|do not) (?:think|worry) (?:about it )?too (?:much|long)\b|\bjust (?:agree|say yes|sign)\b",
+    r"\bsay yes (?:now|today|tonight|right now|quickly)\b|\b(?:need|want) (?:an|your) (?:answer|decision) "
+    r"(?:now|today|tonight|right now)\b",
+    rf"\b(?:foolish|stupid|crazy|silly|mad|insane)\b{_W}\s+(?:say no|refuse|pass|decline|miss|turn (?:it|this) down)",
     # deadlines, scarcity and vanishing offers
-    rf"\b(?:offer|deal|chance|opportunity|credit|price|spots?|places?)\b{_W}\s+(?:ends?|ending|expires?|expiring|"
+    rf"\b(?:offer|deal|chance|opportunity|spots?|places?)\b{_W}\s+(?:ends?|ending|expires?|expiring|"
     r"is gone|will be gone|goes away|disappears?|vanish\w*|runs? out|closes?|won't last|will not last)",
     r"\b(?:ends?|expires?|gone|over|closes?)\s+(?:today|tonight|tomorrow|at midnight|soon|"
     r"this (?:week|evening|afternoon))\b",
+    r"\b(?:won't|will not|can't|cannot|not) (?:be around|last long|stay open|keep (?:this|it) open|hold (?:it|this))\b",
+    r"\b(?:hold|keep|reserve) (?:it|this|the \w+)(?: open)? (?:for you )?(?:only )?until\b|"
+    r"\buntil (?:tonight|midnight|the end of (?:the )?(?:day|week))\b",
+    r"\bbefore (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|the weekend|the end of|we hang up|"
+    r"you hang up|midnight|tonight|tomorrow|it's too late|it is too late|someone else)\b",
+    rf"\b(?:price|prices|cost|costs|fee|fees)\b{_W}\s+(?:go(?:es)? up|going up|rises?|increases?|doubles?)\b",
+    r"\b(?:time|it|this|spots?|places?|stock) (?:is |are )?running out\b|\bsomeone else (?:will|would|could|might)\b",
     r"\b(?:today|tonight|this week) only\b|\bonly (?:today|tonight|this week)\b|\blimited (?:time|offer|spots?)\b",
     r"\b(?:only|just) (?:a few|\w+) (?:\w+ )?(?:left|remaining)\b",
     r"\b(?:last|final|only|one-time|once in a lifetime) (?:chance|day|opportunity|call|offer)\b",
@@ -84,16 +95,19 @@ CREDENTIALS = (
     "card number", "card details", "credit card", "debit card", "bank card", "bank account", "bank details",
     "account number", "account details", "routing number", "sort code", "iban", "password", "passcode", "pin",
     "login", "log in details", "username", "verification code", "security code", "confirmation code",
-    "the code", "one time code", "otp", "cvv", "cvc", "expiry date", "expiration date", "id number",
+    "the code", "one time code", "otp", "cvv", "cvc", "expiry date", "expiration date", "id number", "id card",
+    "date of birth", "birth date", "maiden name", "security question", "sms code", "card",
     "identity card number", "social security", "passport number", "digits", "the numbers on",
 )
 PAYMENT = ("pay", "payment", "transfer", "wire", "upfront", "processing fee", "handling fee", "gift card", "bitcoin",
            "crypto", "send money", "top up", "top-up")
 # asking words: a credential noun in a clause with one of these (or "your") is a request for it
 _REQUEST = frozenset("give tell read send share confirm provide need enter type say spell verify".split())
-OVERCLAIMS = ("guarantee", "guaranteed", "guarantees", "promise", "promised", "certainly will", "definitely will",
-              "for sure", "100 percent", "risk free", "no risk", "double your", "triple your", "best in",
-              "number one", "always works", "never fails")
+OVERCLAIMS = ("guarantee", "guaranteed", "guarantees", "promise", "promised", "certainly will", "definitely",
+              "for sure", "100 percent", "risk free", "no risk", "double your", "triple your", "will double",
+              "will triple", "best in", "number one", "always works", "always work", "never fails", "get rich",
+              "got rich", "make you rich", "every shop", "every restaurant", "every owner", "every business",
+              "every donor", "everyone who")
 COURTESY = ("thank", "thanks", "please", "sorry", "appreciate", "grateful", "kind of you", "understand",
             "good question", "fair question", "i see", "of course")
 
@@ -293,10 +307,11 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
             if value not in lex.numbers or (unit in lex.fact_units and (value, unit) not in lex.number_units) or wrong_here:
                 invented.append(f"{value:g} {unit}".strip())
     invented += _hits(statements, lex.overclaims, unnegated=True)
-    # a credential named in a question, or beside "your" or an asking verb, is asked for
-    credentials = [h for h in _hits(clauses, lex.credentials, unnegated=True)
-                   if any(c.has(phrase(h), False) and (c.question or set(c.words) & (_REQUEST | {"your"}))
-                          for c in clauses)]
+    # a credential named in a question, or beside "your" or an asking verb, is asked for; a clause with a
+    # negation anywhere ("your card is not needed", "we never ask for a password") asks for nothing
+    credentials = [h for h in _hits(clauses, lex.credentials)
+                   if any(c.has(phrase(h)) and not set(c.words) & NEGATIONS
+                          and (c.question or set(c.words) & (_REQUEST | {"your"})) for c in clauses)]
     return TurnReading(
         n_words=sum(len(c.words) for c in clauses), content=content_words(text),
         supported={k: frozenset(v) for k, v in supported.items()},
