@@ -6,6 +6,9 @@ decision at once), `red_flag` (a request no honest agent makes, plus pressure). 
 down the grades (`monotone`); one that ignores the agent copies its previous state (`copy_rate`).
 Every text comes from the scenario or is generic English, so any domain works. Pure logic: the simulator
 is an async `respond` callable (the rule simulator directly, or the Ray pool, started lazily).
+
+`--adversarial` adds the battery (`run_battery`): whole calls of every scripted class of battery.py against
+each user set, each class's accept rate against the honest agent's, and the verdict `adversarial_ok`.
 """
 from __future__ import annotations
 
