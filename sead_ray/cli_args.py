@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from . import __version__
+from .battery import CLASSES, HONEST
 
 EPILOG = """examples:
   sead-ray models prepare
@@ -160,8 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--agent", required=True, metavar="MODEL",
                     help="agent model: HF folder, embedded:smollm2-135m-instruct, tiny:llama-h64, a run/checkpoint "
                          "directory of `sead-ray train`, openai:MODEL@URL, or script:CLASS (a scripted agent of the "
-                         "adversarial battery: honest, zero_content_ask, open_loop_facts, open_loop_facts2, parrot, "
-                         "parrot_ask, lies, invented_numbers, pressure, credentials, small_talk, courtesy_spam)")
+                         f"adversarial battery: {', '.join((HONEST, *CLASSES))})")
     _add_profile_set_args(ev, required=False)
     ev.add_argument("--out", default=None, metavar="DIR", help="output folder (default: <output_dir>/eval-<time>)")
 
