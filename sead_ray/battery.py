@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Optional
 
 from .dialogue import AgentTurnOutput
@@ -59,24 +58,23 @@ def _cycle(options: Sequence[str], turn: int) -> str:
     return options[turn % len(options)]
 
 
-@dataclass
 class Listener:
-    """Finds what the user voiced last by the words of the scenario's wordings."""
-    scenario: Scenario
+    """Finds what the user voiced last by the words of the scenario's wordings (read once per scenario)."""
 
-    def voiced(self, line: str) -> tuple[str, int]:
-        spec = self.scenario.rule_user
+    def __init__(self, scenario: Scenario):
+        spec = scenario.rule_user
         candidates = [("identity", -1, spec.identity.say), ("offer", -1, spec.offer.say),
                       ("decision", -1, spec.lines["ready"])]
         candidates += [("concern", k, c.say) for k, c in enumerate(spec.concerns)]
-        heard = content_words(line)
+        self.wordings = [(kind, k, w.lower(), content_words(w)) for kind, k, say in candidates for w in say]
+
+    def voiced(self, line: str) -> tuple[str, int]:
+        heard, lowered = content_words(line), line.lower()
         best, score = ("none", -1), 0.0
-        for kind, k, wordings in candidates:
-            for w in wordings:
-                words = content_words(w)
-                s = 2.0 if w.lower() in line.lower() else len(words & heard) / max(1, len(words))
-                if s > score:
-                    best, score = (kind, k), s
+        for kind, k, wording, words in self.wordings:
+            s = 2.0 if wording in lowered else len(words & heard) / max(1, len(words))
+            if s > score:
+                best, score = (kind, k), s
         return best if score >= 0.5 else ("none", -1)
 
 
@@ -99,9 +97,9 @@ def _renumbered(text: str) -> str:
     return out if out != text else f"{text} It comes with 250 extra days."
 
 
-def script_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: int) -> str:
+def script_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: int, listener: Listener) -> str:
     """The `name` script's words at agent turn `turn` (0-based), having heard the user's lines `heard`
-    (the call's opening first)."""
+    (the call's opening first); `listener` is the scenario's."""
     spec = scenario.rule_user
     last = heard[-1] if heard else ""
     concerns = spec.concerns
@@ -121,7 +119,7 @@ def script_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: int) 
     if name == "courtesy_spam":
         return _cycle(COURTESY, turn) + later_ask
     # the listening scripts: honest, and honest with one vice
-    kind, k = Listener(scenario).voiced(last)
+    kind, k = listener.voiced(last)
     if kind == "decision":
         return spec.ask
     if kind == "identity" or kind == "offer":
@@ -139,10 +137,6 @@ def script_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: int) 
     return answer
 
 
-def middle_estimate(scenario: Scenario) -> dict:
-    return {d.name: d.max_level // 2 for d in scenario.schema.dimensions}
-
-
 class ScriptAgent:
     """A scripted agent behind the rollout's agent-endpoint interface (no engine, no tokenizer): it reads
     the user's lines from the chat messages an endpoint agent gets and answers in the agent's format."""
@@ -151,14 +145,15 @@ class ScriptAgent:
         if scenario.rule_user is None:
             raise ValueError(f"script agents are built from the scenario's 'rule_user' section, and "
                              f"{scenario.source} has none")
-        self.scenario, self.name = scenario, name
+        self.scenario, self.name, self.listener = scenario, name, Listener(scenario)
 
     async def generate(self, dialogue_id: str, prompt_ids: Optional[list[int]], *, messages: list[dict],
                        **_sampling) -> AgentTurnOutput:
         heard = [m["content"] for m in messages[1:] if m["role"] == "user"]
         turn = sum(m["role"] == "assistant" for m in messages)
-        text = script_turn(self.scenario, self.name, heard, turn)
-        return AgentTurnOutput(json.dumps({"reply": text, "estimate": middle_estimate(self.scenario)}))
+        text = script_turn(self.scenario, self.name, heard, turn, self.listener)
+        schema = self.scenario.schema
+        return AgentTurnOutput(json.dumps({"reply": text, "estimate": schema.to_dict(schema.middle)}))
 
     def release(self, dialogue_id: str) -> None:
         """Nothing held per call (the rollout releases every agent's calls)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from .config import ConfigError
 from .speech import FactTerms, Lexicon, phrase, read_turn
@@ -55,6 +55,8 @@ class RuleUserSpec:
     repeat_window: int = 3      # a turn this close to one of the agent's last few turns is a near-repeat
     repeat_overlap: float = 0.6
     ignored_rounds: int = 3     # the paper: a question unanswered this many rounds ends the call
+    # the words the rule user listens for, compiled once at load from this section and the scenario's facts
+    lexicon: Optional[Lexicon] = field(default=None, compare=False, repr=False)
 
 
 DEFAULT_LINES = {
@@ -169,9 +171,10 @@ def load_rule_user(tree: Any, facts: Sequence[str], categories: Collection[str],
         given = _mapping(tree.get(name, {}), f"{key}.{name}", where, defaults)
         kwargs[name] = {k: _phrases(given[k], f"{key}.{name}.{k}", where) if k in given else v
                         for k, v in defaults.items()}
+    kwargs["lexicon"] = Lexicon.build(facts, kwargs["facts"], kwargs["identity"].terms, kwargs["offer"].terms,
+                                      *(kwargs[name] for name in _PATTERNS))
     spec = RuleUserSpec(**kwargs)
-    lexicon = spec_lexicon(spec, facts)
-    opening, ask = read_turn(spec.opening, lexicon), read_turn(spec.ask, lexicon)
+    opening, ask = read_turn(spec.opening, spec.lexicon), read_turn(spec.ask, spec.lexicon)
     if not (opening.identifies and opening.offers) or opening.asks:
         raise ConfigError(f"{where}: field '{key}.opening' must say who calls (an identity term with I/we/this is) "
                           "and name the offer (two offer terms), without asking for the decision yet")
@@ -179,8 +182,3 @@ def load_rule_user(tree: Any, facts: Sequence[str], categories: Collection[str],
         raise ConfigError(f"{where}: field '{key}.ask' must ask for the decision: a question with a decision word")
     return spec
 
-
-def spec_lexicon(spec: RuleUserSpec, facts: Sequence[str]) -> Lexicon:
-    """The words the rule user listens for, compiled from the section and the scenario's facts."""
-    return Lexicon.build(facts, spec.facts, spec.identity.terms, spec.offer.terms, spec.decision_words, spec.pressure,
-                         spec.credentials, spec.payment, spec.overclaims)

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from .concerns import RuleUserSpec, spec_lexicon
+from .concerns import RuleUserSpec
 from .dialogue import UserRequest, UserTurnOutput
 from .scenario import Scenario
 from .speech import TurnReading, content_words, read_turn
@@ -55,7 +55,7 @@ IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
 
 @dataclass(frozen=True)
 class TurnVerdict:
-    """What the rule user made of one agent turn (also what `sead-ray simcheck` reports)."""
+    """What the rule user made of one agent turn."""
     answered: bool = False       # answered the question the user had voiced
     ignored: bool = False        # the user had voiced a question and the turn left it unanswered
     lie: bool = False
@@ -112,7 +112,7 @@ class RuleUserSimulator:
         self._idx = {n: names.index(n) for n in ("cooperation", "emotion", "trust") if n in names}
         if len(self._idx) != 3:
             raise ValueError("the rule simulator needs state dimensions cooperation, emotion and trust")
-        self.lexicon = spec_lexicon(self.spec, scenario.facts)
+        self.lexicon = self.spec.lexicon
         # the offer as the scenario pitches it ("a free 700-yuan credit"): saying it again is not reciting facts
         self.pitch = frozenset().union(*read_turn(self.spec.opening, self.lexicon).supported.values())
         self._category = {b.text: b.category for b in scenario.behaviors}
@@ -252,8 +252,7 @@ class RuleUserSimulator:
     def replay(self, req: UserRequest) -> _Call:
         """The call so far, from the profile's initial state through every agent turn. A free-form profile
         (w/o profile sampling) gives the user no state: it starts at the middle of each scale."""
-        start = ([d.max_level // 2 for d in self.scenario.schema.dimensions] if req.profile.free_form
-                 else list(req.profile.state))
+        start = list(self.scenario.schema.middle if req.profile.free_form else req.profile.state)
         own = self.concern_order(req.profile.behaviors)
         others = sorted(set(range(len(self.spec.concerns))) - set(own),
                         key=lambda k: zlib.crc32(f"{k}|{sorted(req.profile.behaviors)}".encode()))

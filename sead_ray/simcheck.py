@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .battery import CLASSES, HONEST, STRICT, ScriptAgent
 from .dialogue import UserRequest, UserTurnOutput, apply_simulator_rules, run_dialogue, turn_seed
 from .profiles import Profile
 from .scenario import Scenario
@@ -140,11 +141,15 @@ def is_monotone(rows: Sequence[dict]) -> bool:
     return all(a >= b for a, b in zip(totals, totals[1:])) and totals[0] > totals[-1]
 
 
+def _profile_seed(seed: int, set_index: int, index: int) -> int:
+    """Each profile's own seed (shared by every grade or script played on it)."""
+    return seed * 1_000_003 + set_index * 10_007 + index
+
+
 async def run_simcheck(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond, *,
                        rules: Rules = Rules(), seed: int = 0, simulator: str = "rule", by_set: bool = False) -> dict:
     """`profiles`: user set -> profiles. Each profile gets its own seed, shared by all grades."""
-    jobs = [probe_profile(respond, scenario, rules, p, name, f"simcheck-{name or 'all'}-{i}",
-                          seed * 1_000_003 + k * 10_007 + i)
+    jobs = [probe_profile(respond, scenario, rules, p, name, f"simcheck-{name or 'all'}-{i}", _profile_seed(seed, k, i))
             for k, (name, group) in enumerate(profiles.items()) for i, p in enumerate(group)]
     results = await asyncio.gather(*jobs)
     probes = [p for r in results if r is not None for p in r]
@@ -221,7 +226,6 @@ def rule_respond(cfg: Any, scenario: Scenario) -> Respond:
 async def _play_script(scenario: Scenario, name: str, profile: Profile, respond: Respond, rules: Rules, max_turns: int,
                        did: str, seed: int) -> str:
     """One call of a script class against the simulator; returns its end reason."""
-    from .battery import ScriptAgent
     agent = ScriptAgent(scenario, name)
 
     async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: Any) -> Any:
@@ -234,7 +238,6 @@ async def _play_script(scenario: Scenario, name: str, profile: Profile, respond:
 
 def battery_verdict(honest: float, rates: Mapping[str, float]) -> list[str]:
     """The classes over the bar: more than half the honest agent's rate, or over a strict class's cap."""
-    from .battery import STRICT
     return [f"{name} {rate:.2f} > {limit:.2f}" for name, rate in rates.items()
             for limit in [min(honest / 2, STRICT.get(name, 1.0))] if rate > limit]
 
@@ -243,11 +246,9 @@ async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profil
                       max_turns: int, rules: Rules = Rules(), seed: int = 0) -> dict:
     """Every script class (battery.py) on every profile of each user set; per set the honest agent's accept
     rate, each class's, their 95 % intervals, the classes over the bar and the set's verdict."""
-    from .battery import CLASSES, HONEST
     names = (HONEST, *CLASSES)
     jobs = {(set_name, name, i): _play_script(scenario, name, p, respond, rules, max_turns,
-                                                f"battery-{set_name or 'all'}-{name}-{i}",
-                                                seed * 1_000_003 + k * 10_007 + i)
+                                                f"battery-{set_name or 'all'}-{name}-{i}", _profile_seed(seed, k, i))
             for k, (set_name, group) in enumerate(profiles.items()) for name in names for i, p in enumerate(group)}
     ends = dict(zip(jobs, await asyncio.gather(*jobs.values())))
     out: dict[str, Any] = {}
@@ -269,7 +270,6 @@ async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profil
 
 
 def battery_markdown(battery: Mapping[str, Mapping]) -> list[str]:
-    from .battery import CLASSES, STRICT
     sets = list(battery)
     lines = ["## adversarial battery (accept rate [95 % CI] per user set)", "",
              "| agent | " + " | ".join(sets) + " | bar |", "|" + "---|" * (len(sets) + 2)]

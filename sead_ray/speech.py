@@ -126,12 +126,6 @@ def phrase(text: str) -> tuple[str, ...]:
     return tuple(stem(w) for w in tokens(text))
 
 
-def number_of(word: str) -> float | None:
-    if word.isdigit():
-        return float(word)
-    return float(NUMBER_WORDS[word]) if word in NUMBER_WORDS else None
-
-
 @dataclass(frozen=True)
 class Clause:
     words: tuple[str, ...]          # tokens as written (lower case)
@@ -191,7 +185,7 @@ def numbers_in(text_or_clause: str | Clause) -> list[tuple[float, str]]:
 
 @dataclass(frozen=True)
 class FactTerms:
-    """What one scenario fact states: terms it affirms, terms it denies, and its numbers."""
+    """What one scenario fact states: terms it affirms and terms it denies (its numbers are read from its text)."""
     affirms: tuple[tuple[str, ...], ...] = ()
     denies: tuple[tuple[str, ...], ...] = ()
 
@@ -216,10 +210,11 @@ class Lexicon:
     def build(facts: Sequence[str], fact_terms: Sequence[FactTerms], identity: Iterable[str], offer: Iterable[str],
               decision: Iterable[str], pressure: Iterable[str] = (), credentials: Iterable[str] = (),
               payment: Iterable[str] = (), overclaims: Iterable[str] = ()) -> Lexicon:
-        per_fact = [frozenset((v, u) for v, u in numbers_in(f) if u in UNITS) for f in facts]
-        stated = [q for f in facts for q in numbers_in(f)]
+        stated = [numbers_in(f) for f in facts]
+        per_fact = [frozenset((v, u) for v, u in found if u in UNITS) for found in stated]
         return Lexicon(
-            tuple(fact_terms), frozenset(v for v, _ in stated), frozenset().union(*per_fact), tuple(per_fact),
+            tuple(fact_terms), frozenset(v for found in stated for v, _ in found), frozenset().union(*per_fact),
+            tuple(per_fact),
             _phrases(identity), _phrases(offer), _phrases(decision), _phrases(pressure),
             _phrases((*CREDENTIALS, *credentials)), _phrases((*PAYMENT, *payment)),
             _phrases((*OVERCLAIMS, *overclaims)), _phrases(COURTESY))
@@ -268,10 +263,8 @@ def content_words(text: str) -> frozenset[str]:
     return frozenset(stem(w) for w in tokens(text) if (len(w) >= 4 or w.isdigit()) and w not in _STOP)
 
 
-def _hits(clauses: Sequence[Clause], terms: Sequence[tuple[str, ...]], *, statements_only: bool = False,
-          unnegated: bool = False) -> list[str]:
-    return [" ".join(t) for t in terms
-            if any(c.has(t, False if unnegated else None) for c in clauses if not (statements_only and c.question))]
+def _hits(clauses: Sequence[Clause], terms: Sequence[tuple[str, ...]], *, unnegated: bool = False) -> list[str]:
+    return [" ".join(t) for t in terms if any(c.has(t, False if unnegated else None) for c in clauses)]
 
 
 def pressure_in(text: str) -> tuple[str, ...]:
@@ -280,38 +273,34 @@ def pressure_in(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m.group(0) for p in PRESSURE_PATTERNS for m in [p.search(norm)] if m))
 
 
-def _supports(clause: Clause, fact: FactTerms) -> bool:
-    return any(clause.has(t, False) for t in fact.affirms) or any(clause.has(t, True) for t in fact.denies)
-
-
 def read_turn(text: str, lex: Lexicon) -> TurnReading:
     clauses = clauses_of(text)
     statements = [c for c in clauses if not c.question]
     supported: dict[int, set[str]] = {}
     contradicted = set()
-    for k, fact in enumerate(lex.facts):
-        for c in statements:
+    invented = []
+    for c in statements:
+        about = set()      # the facts this clause states
+        for k, fact in enumerate(lex.facts):
             for term, want_negated in [(t, False) for t in fact.affirms] + [(t, True) for t in fact.denies]:
                 for i in c.find(term):
                     if c.negated_at(i) == want_negated:
                         supported.setdefault(k, set()).add(" ".join(term))
+                        about.add(k)
                     else:
                         contradicted.add(k)
-    invented = []
-    for c in statements:
         # a quantity is checked against every fact, and against the facts this clause speaks of: "from 10 euros"
         # in a clause about the minimum amount is invented even though another fact says "10 euros a month"
-        about = [lex.quantities[k] for k, f in enumerate(lex.facts) if _supports(c, f)]
         for value, unit in numbers_in(c):
-            wrong_here = any(unit in {u for _, u in q} and (value, unit) not in q for q in about)
+            wrong_here = any(unit in {u for _, u in lex.quantities[k]} and (value, unit) not in lex.quantities[k]
+                             for k in about)
             if value not in lex.numbers or (unit in lex.fact_units and (value, unit) not in lex.number_units) or wrong_here:
                 invented.append(f"{value:g} {unit}".strip())
     invented += _hits(statements, lex.overclaims, unnegated=True)
     # a credential named in a question, or beside "your" or an asking verb, is asked for; a clause with a
     # negation anywhere ("your card is not needed", "we never ask for a password") asks for nothing
-    credentials = [h for h in _hits(clauses, lex.credentials)
-                   if any(c.has(phrase(h)) and not set(c.words) & NEGATIONS
-                          and (c.question or set(c.words) & (_REQUEST | {"your"})) for c in clauses)]
+    asking = [c for c in clauses if not set(c.words) & NEGATIONS and (c.question or set(c.words) & (_REQUEST | {"your"}))]
+    credentials = _hits(asking, lex.credentials)
     return TurnReading(
         n_words=sum(len(c.words) for c in clauses), content=content_words(text),
         supported={k: frozenset(v) for k, v in supported.items()},

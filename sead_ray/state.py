@@ -34,6 +34,11 @@ class StateSchema:
     def max_levels(self) -> tuple[int, ...]:
         return tuple(d.max_level for d in self.dimensions)
 
+    @property
+    def middle(self) -> State:
+        """The middle level of every dimension (rounded down)."""
+        return tuple(m // 2 for m in self.max_levels)
+
     def grid(self) -> list[State]:
         """Every combination of levels, in lexicographic order (deterministic)."""
         return list(itertools.product(*(range(len(d.levels)) for d in self.dimensions)))
