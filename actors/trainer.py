@@ -23,6 +23,7 @@ from typing import Any, Optional
 import ray
 
 from sead_ray.trainer_protocol import (
+    CUDA_ALLOC_CONF,
     LoadRequest,
     LogprobsRequest,
     RankStepResult,
@@ -114,6 +115,8 @@ class _Worker:
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        if self.device.type == "cuda":   # before the model's first allocation (Ray Train already made the context)
+            torch.cuda.memory._set_allocator_settings(CUDA_ALLOC_CONF)
         torch.manual_seed(s.seed + self.rank)
         if s.threads:
             torch.set_num_threads(s.threads)

@@ -322,8 +322,11 @@ def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: in
     prompt_tokens = len(agent_system_prompt(load_scenario(cfg.resolve_path(cfg.scenario)))) // 3
     user_engines = cfg.user_sim.engines if isinstance(cfg.user_sim.engines, int) else 1
     engines = cfg.agent.engines + (user_engines if cfg.user_sim.backend == "vllm" else 0)
+    # on a GPU the cap is the device: what its memory leaves after the weights and the engine's runtime
     mb, why = memory_plan.auto_kv_cache_mb(cfg, shape, tensor_parallel, prompt_tokens,
-                                           None if on_gpu else psutil.virtual_memory().available, engines)
+                                           None if on_gpu else psutil.virtual_memory().available, engines,
+                                           device_bytes=memory_plan.device_memory_bytes(cfg) if on_gpu else None,
+                                           sends_weights=role == "agent_policy" and cfg.weight_sync.transport == "nccl")
     if (role, model_path) not in _kv_logged:
         _kv_logged.add((role, model_path))
         logging.getLogger(__name__).info("%s engines: KV cache auto = %d MB (%s)", role, mb, why)

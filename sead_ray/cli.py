@@ -269,7 +269,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from .memory_plan import format_plan, model_shape
+    from .memory_plan import device_memory_bytes, fit_problems, format_plan, model_shape, plan_roles
     from .models import ModelError, resolve_model
     cfg, _ = load(args.config, args.overrides)
 
@@ -283,7 +283,11 @@ def cmd_plan(args) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     user = shape(cfg.models.user) if cfg.user_sim.backend == "vllm" else None
-    print(format_plan(cfg, shape(cfg.models.agent), user))
+    agent, device = shape(cfg.models.agent), device_memory_bytes(cfg)
+    print(format_plan(cfg, agent, user, device))
+    problems = fit_problems(plan_roles(cfg, agent, user, device), cfg, agent, device)
+    if problems:   # a config that would run out of GPU memory mid-run is refused before anything starts
+        raise UsageError(f"{args.config}: " + "; ".join(problems))
     return 0
 
 

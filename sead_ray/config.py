@@ -178,6 +178,9 @@ class PlacementConfig:
     trainer: RoleResources = _f(RoleResources(cpus=0.5))
     timeout_s: float = _f(60.0, 1.0, 86400.0, "fail fast when placement cannot be satisfied")
     colocate: bool = _f(False, doc="trainer and engines share the GPUs: engines sleep while the trainer steps")
+    gpu_memory_gib: float = _f(0.0, 0.0, 4096.0, "memory of one GPU in GiB as torch reports it (A100 80 GB: 79.2, "
+                               "A100 40 GB: 39.4, H100 80 GB: 79.1); 0 = this machine's GPU where it has one. "
+                               "`sead-ray plan` refuses a config that does not fit it")
 
 
 @dataclass
@@ -188,6 +191,9 @@ class TrainerConfig:
                                  "whole CPUs (at least 1). The engines idle while the trainer steps, so one CPU "
                                  "worker can use every core with a small bundle")
     backend: Literal["auto", "gloo", "nccl"] = _f("auto")
+    offload_optimizer: bool = _f(False, doc="DeepSpeed ZeRO-Offload: Adam's states, the fp32 master weights and the "
+                                 "gradient shards live in CPU memory and the optimizer steps there (GPU memory for "
+                                 "long calls of large models, for a slower step)")
     timeout_s: float = _f(7200.0, 10.0, 7 * 86400.0, "a GRPO step, weight sync or save taking longer fails the run "
                           "(a hung rank or collective), after which the last completed iteration is checkpointed")
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-from .trainer_protocol import RankStepResult, Sample, TrainerSettings
+from .trainer_protocol import ENTROPY_CHUNK_POSITIONS, RankStepResult, Sample, TrainerSettings
 
 ADVANTAGE_MODES = ("batch_mean", "group_mean", "group_norm")
 
@@ -173,10 +173,19 @@ def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_en
     logprobs = torch.zeros((B, L - 1), dtype=part.dtype, device=part.device)
     logprobs[:, trained] = part
     entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
-            entropy = torch.zeros_like(logprobs)
-            entropy[:, trained] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    if with_entropy and entropy_grad and torch.is_grad_enabled():
+        entropy = torch.zeros_like(logprobs)
+        entropy[:, trained] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    elif with_entropy:
+        # only reported: no graph, and a softmax of ENTROPY_CHUNK_POSITIONS positions at a time instead of
+        # two more full-vocabulary tensors of the whole call (sead_ray.memory_plan counts the chunk)
+        entropy = torch.zeros_like(logprobs)
+        with torch.no_grad():
+            for i in range(0, logits.shape[1], ENTROPY_CHUNK_POSITIONS):
+                part_logits = logits[:, i:i + ENTROPY_CHUNK_POSITIONS]
+                probs = torch.softmax(part_logits, dim=-1)
+                entropy[:, trained[i:i + ENTROPY_CHUNK_POSITIONS]] = (
+                    lse[:, i:i + ENTROPY_CHUNK_POSITIONS] - (probs * part_logits).sum(-1)).detach()
     return logprobs, entropy
 
 

@@ -45,6 +45,7 @@ class TrainerSettings:
     gradient_checkpointing: bool
     temperature: float = 1.0     # the agent's sampling temperature in training rollouts
     threads: int = 0             # torch threads per rank; 0 = Ray's default (the bundle's whole CPUs, at least 1)
+    offload_optimizer: bool = False   # ZeRO-Offload: optimizer states and gradient shards in CPU memory
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str, role: str = "agent") -> TrainerSettings:
@@ -60,19 +61,46 @@ class TrainerSettings:
                    grad_clip=t.grad_clip, clip_eps=t.clip_eps, kl_coef=t.kl_coef, entropy_coef=t.entropy_coef,
                    ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing,
                    temperature=(cfg.dialogue.agent_train if role == "agent" else cfg.dialogue.user).temperature,
-                   threads=cfg.trainer.threads_per_worker)
+                   threads=cfg.trainer.threads_per_worker, offload_optimizer=cfg.trainer.offload_optimizer)
+
+
+# DeepSpeed's buffers, bounded (in elements; its defaults are sized for throughput, not for a GPU that the
+# optimizer state nearly fills): the gradient reduce bucket (default 5e8: 1 GB in bf16, allocated up front),
+# the parameters kept gathered (default 1e9: 2 GB) and the optimizer's sub-group, whose fp32 gradient copy
+# and Adam temporaries exist at once during the step (default 1e9: 4 GB each). sead_ray.memory_plan counts
+# these same numbers.
+REDUCE_BUCKET_ELEMENTS = 50_000_000
+PREFETCH_BUCKET_ELEMENTS = 50_000_000
+MAX_LIVE_PARAMETERS = 300_000_000
+SUB_GROUP_ELEMENTS = 100_000_000
+# With entropy_coef = 0 the entropy is only reported: computed without grad over this many trained
+# positions at a time, so no second full-vocabulary tensor of the whole call exists (grpo.forward_logprobs).
+ENTROPY_CHUNK_POSITIONS = 256
+# The trainer ranks' CUDA allocator: segments that grow in place instead of new blocks of odd sizes, so the
+# varying lengths of calls do not fragment the memory the plan counts.
+CUDA_ALLOC_CONF = "expandable_segments:True"
 
 
 def deepspeed_config(s: TrainerSettings, world_size: int) -> dict:
     """The DeepSpeed config of a training rank."""
+    zero = {"stage": s.zero_stage, "stage3_param_persistence_threshold": 0,
+            "stage3_gather_16bit_weights_on_model_save": False,
+            "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS, "allgather_bucket_size": REDUCE_BUCKET_ELEMENTS,
+            "stage3_prefetch_bucket_size": PREFETCH_BUCKET_ELEMENTS,
+            "stage3_max_live_parameters": MAX_LIVE_PARAMETERS, "stage3_max_reuse_distance": MAX_LIVE_PARAMETERS,
+            "sub_group_size": SUB_GROUP_ELEMENTS}
+    if s.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     return {
         "train_micro_batch_size_per_gpu": s.micro_batch_size,
         "gradient_accumulation_steps": s.grad_accum_steps,
         "train_batch_size": s.micro_batch_size * s.grad_accum_steps * world_size,
         "gradient_clipping": s.grad_clip,
-        "zero_optimization": {"stage": s.zero_stage, "stage3_param_persistence_threshold": 0,
-                              "stage3_gather_16bit_weights_on_model_save": False},
+        "zero_optimization": zero,
         "zero_allow_untested_optimizer": True,   # a plain torch AdamW: no JIT-built CPU Adam needed
+        # ... also when offloaded (DeepSpeed would insist on its CPU Adam, a JIT-built op): torch's AdamW
+        # steps the CPU shards, slower than DeepSpeedCPUAdam but with nothing to compile on the nodes
+        "zero_force_ds_cpu_optimizer": False,
         "bf16": {"enabled": s.dtype == "bfloat16"},
         "fp16": {"enabled": s.dtype == "float16"},
         "steps_per_print": 10**9,

@@ -178,3 +178,20 @@ def test_gradient_norm_is_the_norm_of_all_gradients_together():
     a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([[4.0]])
     assert gradient_norm([a, b, frozen]) == pytest.approx(5.0)      # a parameter without a gradient counts 0
     assert gradient_norm([frozen]) == 0.0
+
+
+def test_reported_entropy_is_chunked_without_a_graph_and_trained_entropy_has_one(monkeypatch):
+    """entropy_coef = 0: the entropy is only reported, computed in chunks of positions with no autograd graph
+    (no full-vocabulary softmax of the whole call); the chunked figures equal the one-pass ones."""
+    import sead_ray.grpo as grpo
+    torch.manual_seed(1)
+    logits = torch.randn(2, 9, 13)
+    ids = torch.randint(0, 13, (2, 9))
+    mask = torch.tensor([[0, 1, 1, 0, 1, 1, 1, 0], [1, 0, 0, 1, 1, 0, 0, 1]], dtype=torch.float32)
+    model = LogitsTableLM(logits)
+    _, trained = forward_logprobs(model, _batch(ids, mask), with_entropy=True, entropy_grad=True)
+    assert trained.requires_grad
+    monkeypatch.setattr(grpo, "ENTROPY_CHUNK_POSITIONS", 3)   # 8 trained positions: chunks of 3, 3 and 2
+    _, reported = forward_logprobs(model, _batch(ids, mask), with_entropy=True, entropy_grad=False)
+    assert not reported.requires_grad
+    assert torch.allclose(reported, trained.detach(), atol=1e-6)

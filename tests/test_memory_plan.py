@@ -1,41 +1,185 @@
-"""`sead-ray plan`: model shapes give the right parameter counts, and the shipped paper config fits an
-80 GB A100 per trainer rank and per engine by its own plan."""
+"""`sead-ray plan`: model shapes give the right parameter counts; the plan has every line the GPU holds, knows
+the device's memory, refuses (exit 2, naming the role and the shortfall) what does not fit it, and the shipped
+paper config fits an 80 GB A100 per trainer rank and per engine by its own plan; `kv_cache_mb: auto` is capped
+by the device on a GPU."""
 import subprocess
 import sys
+import types
 
 import pytest
 
 from sead_ray.config import load_config
-from sead_ray.memory_plan import GIB, KNOWN_SHAPES, ModelShape, engine_plan, trainer_plan
+from sead_ray.memory_plan import (
+    GIB,
+    KNOWN_SHAPES,
+    LOGIT_BYTES,
+    ModelShape,
+    auto_kv_cache_mb,
+    device_memory_bytes,
+    engine_runtime_bytes,
+    fit_problems,
+    format_plan,
+    plan_roles,
+    trainer_plan,
+    usable_bytes,
+)
 from tests.conftest import ROOT
 
 
 def test_parameter_counts_match_the_published_sizes(tmp_path):
     assert KNOWN_SHAPES["Qwen2.5-14B-Instruct"].params / 1e9 == pytest.approx(14.77, rel=0.01)
     assert KNOWN_SHAPES["Qwen2.5-72B-Instruct"].params / 1e9 == pytest.approx(72.7, rel=0.01)
+    assert KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"].params / 1e9 == pytest.approx(0.494, rel=0.01)   # tied
     from sead_ray.models import prepare_embedded
     smollm = ModelShape.from_hf_config(prepare_embedded() / "config.json")
     assert smollm.params / 1e6 == pytest.approx(134.5, rel=0.01)     # tied embeddings counted once
 
 
-def test_the_paper_config_fits_an_a100_80gb():
-    cfg = load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml")
-    qwen = KNOWN_SHAPES["Qwen2.5-14B-Instruct"]
-    trainer = sum(trainer_plan(cfg, qwen).values()) / GIB
-    engine = sum(engine_plan(cfg, qwen, cfg.agent.tensor_parallel_size).values()) / GIB
-    assert trainer < 78 and engine < 78, (trainer, engine)
-    # micro-batches of 4 whole calls would not: the logits alone of 4 x 8k tokens x 152k vocabulary
-    bigger = load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml", ["train.micro_batch_size=4"])
-    assert sum(trainer_plan(bigger, qwen).values()) / GIB > 80
+PAPER = ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml"
+QWEN14 = KNOWN_SHAPES["Qwen2.5-14B-Instruct"]
+A100_80, A100_40 = 79.2 * GIB, 39.4 * GIB
+
+
+def _plan(*overrides: str):
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "plan", "--config", str(PAPER),
+                           *[a for o in overrides for a in ("--set", o)]],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_the_paper_config_fits_an_a100_80gb_by_its_own_plan_with_every_line():
+    cfg = load_config(PAPER)
+    assert cfg.placement.gpu_memory_gib == pytest.approx(79.2) and device_memory_bytes(cfg) == pytest.approx(A100_80)
+    roles = plan_roles(cfg, QWEN14, QWEN14, A100_80)
+    assert [r.role for r in roles] == ["trainer", "agent engine", "user-simulator engine"]
+    assert fit_problems(roles, cfg, QWEN14, A100_80) == []
+    assert all(r.total <= usable_bytes(A100_80) for r in roles)
+    trainer = roles[0].items
+    for line in ("parameters (ZeRO-3 shard)", "optimizer-step temporaries (one sub-group)", "DeepSpeed reduce bucket",
+                 "gathered parameters in flight (max live + a layer)",
+                 "embeddings + lm_head gathered, full-size gradient", "activations (1 micro-batch)",
+                 "CUDA context + 2 NCCL communicator(s)"):       # rank 0: its group and the weight sync's
+        assert trainer[line] > 0, line
+    # the logits of the trained agent tokens only: at most 15 turns x 256 tokens of one call, not the 8k window
+    assert trainer["logits of trained positions (3,840)"] == 3840 * QWEN14.vocab * LOGIT_BYTES
+    # the untied embeddings and lm_head gathered whole, plus the lm_head's full-size gradient
+    assert trainer["embeddings + lm_head gathered, full-size gradient"] == 3 * QWEN14.vocab * QWEN14.hidden * 2
+    # fitting takes the optimizer's offload: its lines are there, in CPU memory
+    assert trainer["optimizer: Adam m, v, fp32 master; in CPU memory"] == 0
+    assert trainer["gradients (shard; in CPU memory)"] == 0
+    # the other ranks hold one communicator less than rank 0
+    assert "CUDA context + 1 NCCL communicator(s)" in trainer_plan(cfg, QWEN14, rank0=False)
+    rc, out, err = _plan()
+    assert rc == 0, err
+    assert "every role fits" in out and "79.2 GiB, 75.2 usable (5% margin)" in out
+
+
+def test_entropy_softmax_is_counted_only_when_trained():
+    cfg = load_config(PAPER)
+    assert cfg.train.entropy_coef == 0
+    items = trainer_plan(cfg, QWEN14)
+    chunk = items["entropy, reported (256-position chunks)"]
+    assert chunk == 2 * 256 * QWEN14.vocab * 4 and not any(k.startswith("entropy softmax") for k in items)
+    trained = trainer_plan(load_config(PAPER, ["train.entropy_coef=0.01"]), QWEN14)
+    assert trained["entropy softmax (entropy_coef > 0)"] == 2 * 3840 * QWEN14.vocab * 4 > 10 * chunk
+
+
+def test_the_plan_refuses_what_does_not_fit_naming_the_role_and_the_shortfall():
+    # without the optimizer's offload rank 0 needs more than an 80 GB A100 holds
+    rc, out, err = _plan("trainer.offload_optimizer=false")
+    assert rc == 2 and "Traceback" not in err
+    assert "trainer does not fit: it needs 77.6 GiB per GPU, 2.3 GiB more than the 75.2 GiB usable" in err
+    assert "does NOT fit" in out and "optimizer: Adam m, v, fp32 master " in out
+    # p4d's 40 GB A100s: the former fixed 16 GiB KV cache beside 27.5 GiB of weights fits neither engine
+    rc, _, err = _plan("placement.gpu_memory_gib=39.4", "engine.kv_cache_mb=16384")
+    assert rc == 2 and "agent engine does not fit" in err and "user-simulator engine does not fit" in err
+    assert "trainer" not in err
+    rc, _, err = _plan("placement.gpu_memory_gib=39.4", "trainer.offload_optimizer=false")
+    assert rc == 2 and "trainer does not fit: it needs 77.6 GiB per GPU, 40.1 GiB more" in err
+    # micro-batches of 4 whole calls: 4 rows x 8k positions of logits over a 152k vocabulary
+    bigger = load_config(PAPER, ["train.micro_batch_size=4"])
+    assert fit_problems(plan_roles(bigger, QWEN14, QWEN14, A100_80), bigger, QWEN14, A100_80)[0].startswith(
+        "trainer does not fit")
+    # an engine whose KV cache cannot hold one call of max_model_len is refused too (vLLM would not start)
+    small = load_config(PAPER, ["engine.kv_cache_mb=1024"])
+    assert any("cannot hold one call of engine.max_model_len = 16,384 tokens" in p
+               for p in fit_problems(plan_roles(small, QWEN14, QWEN14, A100_80), small, QWEN14, A100_80))
+
+
+def test_without_a_known_device_the_plan_says_so_and_refuses_nothing(monkeypatch):
+    import torch
+    cfg = load_config(PAPER, ["placement.gpu_memory_gib=0", "trainer.offload_optimizer=false"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device_memory_bytes(cfg) is None
+    assert "set placement.gpu_memory_gib to check the fit" in format_plan(cfg, QWEN14, QWEN14, None)
+    assert fit_problems(plan_roles(cfg, QWEN14, QWEN14), cfg, QWEN14, None) == []
+    # on a GPU machine the device answers
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=123 * GIB))
+    assert device_memory_bytes(cfg) == 123 * GIB
+
+
+def test_smoke_config_is_two_gpus_and_fits():
+    cfg = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_2gpu.yaml")
+    gpus = cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.agent.engines * cfg.placement.agent_policy.gpus
+    assert gpus == 2 and cfg.user_sim.backend == "rule" and cfg.placement.user_sim.gpus == 0
+    assert cfg.weight_sync.transport == "nccl" and cfg.trainer.backend == "nccl" and cfg.train.iterations == 1
+    shape = KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"]
+    assert fit_problems(plan_roles(cfg, shape, None, A100_80), cfg, shape, A100_80) == []
+
+
+def test_deepspeed_buffers_are_bounded_and_the_plan_counts_the_same_numbers():
+    from sead_ray.trainer_protocol import (
+        MAX_LIVE_PARAMETERS,
+        REDUCE_BUCKET_ELEMENTS,
+        SUB_GROUP_ELEMENTS,
+        TrainerSettings,
+        deepspeed_config,
+    )
+    cfg = load_config(PAPER)
+    ds = deepspeed_config(TrainerSettings.from_config(cfg, "/models/x"), 4)
+    zero = ds["zero_optimization"]
+    assert zero["reduce_bucket_size"] == REDUCE_BUCKET_ELEMENTS < 5e8        # DeepSpeed's default: 5e8
+    assert zero["stage3_max_live_parameters"] == MAX_LIVE_PARAMETERS < 1e9   # 1e9
+    assert zero["sub_group_size"] == SUB_GROUP_ELEMENTS < 1e9                # 1e9
+    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True} and not ds["zero_force_ds_cpu_optimizer"]
+    items = trainer_plan(cfg, QWEN14)
+    assert items["DeepSpeed reduce bucket"] == 2 * REDUCE_BUCKET_ELEMENTS * 2
+    assert items["gathered parameters in flight (max live + a layer)"] == (MAX_LIVE_PARAMETERS + QWEN14.layer_params) * 2
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig  # DeepSpeed's own schema takes every key
+    parsed = DeepSpeedZeroConfig(**zero)
+    assert (parsed.reduce_bucket_size, parsed.max_live_parameters, parsed.sub_group_size, parsed.offload_optimizer.device) \
+        == (REDUCE_BUCKET_ELEMENTS, MAX_LIVE_PARAMETERS, SUB_GROUP_ELEMENTS, "cpu")
+    plain = deepspeed_config(TrainerSettings.from_config(load_config(ROOT / "configs" / "embedded.yaml"), "x"), 1)
+    assert "offload_optimizer" not in plain["zero_optimization"]
 
 
 def test_plan_command_prints_every_role():
-    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "plan", "--config",
-                           str(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml")], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for part in ("trainer: 4 ZeRO-3 ranks", "agent engine", "user-simulator engine", "logits of trained positions"):
-        assert part in proc.stdout
+    rc, out, err = _plan()
+    assert rc == 0, err
+    for part in ("trainer rank 0: 4 ZeRO-3 ranks", "agent engine", "user-simulator engine", "logits of trained positions",
+                 "optimizer offloaded to CPU", "CPU memory per rank for the offloaded optimizer"):
+        assert part in out
+
+
+def test_auto_kv_cache_on_a_gpu_is_capped_by_the_device():
+    cfg = load_config(PAPER)
+    assert cfg.engine.kv_cache_mb == "auto"
+    uncapped, why = auto_kv_cache_mb(cfg, QWEN14, 1, prompt_tokens=1024)
+    assert uncapped / 1024 > 400 and why == "256 calls x 9,184 tokens"           # 430 GiB: no device could
+    mb, why = auto_kv_cache_mb(cfg, QWEN14, 1, prompt_tokens=1024, device_bytes=A100_80, sends_weights=True)
+    assert "capped by the GPU: 79.2 GiB less 5%" in why
+    weights = QWEN14.params * 2
+    filled = weights + mb * 2**20 + engine_runtime_bytes(cfg, QWEN14, 1, sends_weights=True)
+    assert usable_bytes(A100_80) - 2**20 <= filled <= usable_bytes(A100_80)      # the rest of the device, no more
+    assert 40 < mb / 1024 < 46                                                   # ~44 GiB, ~240k tokens
+    # tensor parallel 2: half the weights per GPU, so more room for (per-GPU) KV
+    mb_tp2, _ = auto_kv_cache_mb(cfg, QWEN14, 2, prompt_tokens=1024, device_bytes=A100_80)
+    assert mb_tp2 > mb
+    # a small model's calls need less than the device leaves: not capped
+    small = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_2gpu.yaml")
+    _, why = auto_kv_cache_mb(small, KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"], 1, 1024, device_bytes=A100_80)
+    assert "capped" not in why
 
 
 def test_auto_kv_cache_holds_the_longest_calls_and_leaves_the_rest_of_the_memory():
@@ -59,3 +203,21 @@ def test_auto_kv_cache_holds_the_longest_calls_and_leaves_the_rest_of_the_memory
     assert kv_tokens(load_config(ROOT / "configs" / "embedded.yaml", ["engine.kv_cache_mb=512"]), smollm, 1) == 11650
     with pytest.raises(ConfigError, match="kv_cache_mb"):
         load_config(ROOT / "configs" / "embedded.yaml", ["engine.kv_cache_mb=big"])
+
+
+def test_an_engine_on_a_gpu_sizes_auto_kv_from_the_device(tmp_path):
+    """The engine actor's `auto` (actors/vllm_engine.py): on a GPU the device caps it (430 GiB asked before)."""
+    import json
+
+    from actors.vllm_engine import engine_kv_cache_mb
+    q = QWEN14
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": q.layers, "hidden_size": q.hidden, "intermediate_size": q.intermediate,
+        "num_attention_heads": q.heads, "num_key_value_heads": q.kv_heads, "vocab_size": q.vocab}))
+    cfg = load_config(PAPER)
+    agent = engine_kv_cache_mb(cfg, "agent_policy", str(tmp_path), 1, on_gpu=True)
+    user = engine_kv_cache_mb(cfg, "user_sim", str(tmp_path), 1, on_gpu=True)
+    assert 40 * 1024 < agent < user < 46 * 1024       # the agent's engine also holds the weight sync's communicator
+    h100 = engine_kv_cache_mb(load_config(PAPER, ["placement.gpu_memory_gib=139.8"]), "user_sim", str(tmp_path), 1,
+                              on_gpu=True)
+    assert h100 > user + 50 * 1024                    # an H200's 140 GiB leaves ~60 GiB more
