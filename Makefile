@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.sead-ray-installed
 MODELS := $(VENV)/.sead-ray-models
 DSOPS  := $(VENV)/.sead-ray-ds-ops
 
-.PHONY: setup demo test lint clean prometheus
+.PHONY: setup demo test lint clean prometheus chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,15 @@ prometheus:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		prometheus >/dev/null) || echo "prometheus not installed: the monitoring test will be skipped"; }
 
-test: setup lint prometheus
+# Chromium from the distribution's packages, for the browser test of `sead-ray view` (tests/test_view.py; Playwright
+# drives /usr/bin/chromium: its own browser download is not used), installed where this machine allows it (root with
+# apt-get: CI); elsewhere that test fails and says how to install it.
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		chromium >/dev/null) || echo "chromium not installed: the browser test of sead-ray view will fail"; }
+
+test: setup lint prometheus chromium
 	$(VENV)/bin/python -m pytest -q --durations=10
 
 clean:

@@ -25,6 +25,7 @@ from .cli_inputs import (
 )
 from .config import ConfigError
 from .monitor import cmd_monitor
+from .view.app import cmd_view
 
 log = logging.getLogger("sead_ray")
 
@@ -332,6 +333,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "serve": cmd_serve,
         "judge": cmd_judge,
         "ablate": cmd_ablate,
+        "view": cmd_view,
     }
     try:
         return handlers[args.command](args)

@@ -285,6 +285,25 @@ def build_parser() -> argparse.ArgumentParser:
     jd.add_argument("--max-tokens", type=count, default=160, help="the judge's output budget")
     jd.add_argument("--out", default=None, metavar="DIR", help="output folder (default: judge/ beside the file)")
 
+    # view
+    vw = sub.add_parser(
+        "view", help="a local web page over runs: curves, curriculum map, dialogues, comparisons, talk to the agent",
+        description="Serve, on 127.0.0.1 only, a web page over RUN_OR_FOLDER (a `sead-ray train` run directory, or a "
+                    "folder holding runs, `compare`/`ablate` outputs or evaluations): the run page (completion rate "
+                    "per iteration with 95 % intervals, the held-out series, reward and loss, the learning verdict "
+                    "of report/summary.md; it follows a run being written), the curriculum map of an iteration, "
+                    "the dialogue browser (filters by iteration, outcome, band, user set, behaviour, format failure, "
+                    "error; each call as a chat with the callee's hidden state against the agent's estimate), "
+                    "comparison tables with the calls where agents differ, and a talk page where you play the "
+                    "callee against an agent (a run's latest checkpoint on a local engine, openai:MODEL@URL with "
+                    "the key from the environment, or script:CLASS) and can save the call as a dialogue record "
+                    "(RUN_OR_FOLDER/talks/). Files are read by line offsets: a huge dialogues file is paged, never "
+                    "loaded whole.",
+        epilog="examples:\n  sead-ray view runs/demo\n  sead-ray view runs/ablate --port 8765",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    vw.add_argument("folder", metavar="RUN_OR_FOLDER", help="a run directory or a folder of runs and comparisons")
+    vw.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port)")
+
     # monitor
     mo = sub.add_parser(
         "monitor", help="Prometheus (+ Grafana where installed) for the Ray clusters of runs on this machine",

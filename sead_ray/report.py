@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,8 +28,13 @@ class ReportError(ValueError):
 
 def read_metrics_rows(path: Path, phase: str = "train") -> list[dict]:
     """The rows of `metrics.jsonl` for one phase, in iteration order (the last row of an iteration wins)."""
+    return metrics_rows((row for _, row in read_jsonl(path, ReportError, "metrics")), phase)
+
+
+def metrics_rows(values: Iterable[Any], phase: str = "train") -> list[dict]:
+    """The rows of one phase among parsed `metrics.jsonl` lines (`sead-ray view` reads them torn-tolerantly)."""
     rows: dict[int, dict] = {}
-    for _, row in read_jsonl(path, ReportError, "metrics"):
+    for row in values:
         if isinstance(row, dict) and row.get("phase") == phase and isinstance(row.get("iteration"), int):
             rows[row["iteration"]] = row
     return [rows[k] for k in sorted(rows)]

@@ -1,0 +1,11 @@
+"""`sead-ray view`: a local web page over run directories (sead_ray/view/app.py serves it).
+
+- files.py: the viewed folder (paths confined to it), what it holds (runs, comparisons, evaluations,
+  talks), and JSON Lines files read by byte offset (a line index built once and extended as a file grows,
+  torn lines counted and skipped: a multi-GB dialogues file is never read whole into memory or the page);
+- pages.py: what each page shows, as JSON (run curves and verdict from sead_ray.report, the curriculum
+  map, dialogue summaries and filters, comparison tables with their paired wins and losses);
+- talk.py: the talk page's agents (a run's latest checkpoint on a local vLLM engine, `openai:MODEL@URL`,
+  `script:CLASS`) and a conversation saved as a dialogue record;
+- app.py: the Starlette app and `cmd_view`; static/: the page (plain HTML, CSS and JS, no build step).
+"""

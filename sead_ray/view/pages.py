@@ -1,0 +1,273 @@
+"""What each page of `sead-ray view` shows, as JSON: a run's curves and learning verdict (the very
+functions `sead-ray report` uses, so the numbers are those of report/summary.md), the curriculum map of an
+iteration, dialogue summaries with filters and one call turn by turn, and a comparison's table with the
+calls where agents differ."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from ..metrics import DEFAULT_DIMENSIONS
+from ..report import learning_summary, metrics_rows
+from ..state import Dimension, StateSchema, state_key
+from .files import Folder, ViewError, read_json_file
+
+PAGE_MAX = 200
+FILTERS = ("outcome", "end_reason", "band", "user_set", "behavior", "format", "error", "state", "profile")
+
+
+def default_schema() -> StateSchema:
+    return StateSchema(tuple(Dimension(name, tuple(str(i) for i in range(top + 1))) for name, top in DEFAULT_DIMENSIONS))
+
+
+def profile_key(profile: dict, names: tuple[str, ...]) -> str:
+    """A profile's identity across iterations and runs: initial state, behaviours and user set."""
+    behaviors = "|".join(sorted(b for b in profile.get("behaviors") or [] if isinstance(b, str)))
+    return f"{state_of(profile, names)}/{behaviors}/{profile.get('user_set') or ''}"
+
+
+def state_of(values: dict, names: tuple[str, ...]) -> Optional[str]:
+    levels = [values.get(n) for n in names]
+    return state_key(levels) if all(isinstance(v, int) and not isinstance(v, bool) for v in levels) else None
+
+
+def dialogue_summarizer(names: tuple[str, ...]):
+    def summarize(record: Any) -> Optional[dict]:
+        if not isinstance(record, dict) or not isinstance(record.get("profile"), dict):
+            return None
+        profile, turns = record["profile"], record.get("turns")
+        turns = turns if isinstance(turns, list) else []
+        failures = record.get("agent_parse_failures")
+        if not isinstance(failures, int):
+            failures = sum(isinstance(t, dict) and t.get("agent_parse_ok") is False for t in turns)
+        return {"id": str(record.get("dialogue_id", "")), "iteration": record.get("iteration"),
+                "state": state_of(profile, names), "profile": profile_key(profile, names),
+                "behaviors": [b for b in profile.get("behaviors") or [] if isinstance(b, str)],
+                "user_set": profile.get("user_set"), "outcome": record.get("outcome"),
+                "end_reason": record.get("end_reason"), "error": record.get("error"), "turns": len(turns),
+                "tokens": record.get("agent_tokens"), "format_failures": failures, "agent": record.get("agent")}
+    return summarize
+
+
+class Views:
+    """The pages' data over one Folder; each run's config and scenario are read once."""
+
+    def __init__(self, folder: Folder):
+        self.folder = folder
+        self._settings: dict[Path, tuple] = {}
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------------------- settings
+    def setting(self, source: Optional[Path]) -> tuple[Any, Any, StateSchema, Optional[str]]:
+        """(config, scenario, schema, problem) of a run or evaluation folder; without a readable config the
+        default state dimensions and no scenario (the problem says why)."""
+        if source is None:
+            return None, None, default_schema(), None
+        with self._lock:
+            if source not in self._settings:
+                from ..cli_inputs import load
+                try:
+                    cfg, scenario = load(str(source / "config.yaml"), [])
+                    self._settings[source] = (cfg, scenario, scenario.schema, None)
+                except Exception as exc:   # a moved scenario file: the files are still worth showing
+                    self._settings[source] = (None, None, default_schema(), f"{source.name}/config.yaml: {exc}")
+            return self._settings[source]
+
+    def _run(self, rel: str) -> Path:
+        run = self.folder.path(rel)
+        if not (run / "config.yaml").is_file():
+            raise ViewError(f"{rel or '.'}: not a sead-ray run directory (no config.yaml)", 404)
+        return run
+
+    def dialogues_index(self, file: Path):
+        _, _, schema, _ = self.setting(self.folder.source_of(file))
+        return self.folder.index(file, "dialogues:" + ",".join(schema.names), dialogue_summarizer(schema.names))
+
+    # ----------------------------------------------------------------------------- folder
+    def overview(self) -> dict:
+        from ..battery import CLASSES, HONEST
+        from ..checkpoint import latest_checkpoint
+        found = self.folder.discover()
+        found["root"] = str(self.folder.root)
+        found["dialogue_files"] = {src: self.folder.dialogue_files(src) for src in found["runs"] + found["evals"]}
+        found["checkpoints"] = {run: getattr(latest_checkpoint(self.folder.path(run)), "name", None)
+                                for run in found["runs"]}
+        found["scripts"] = [HONEST, *CLASSES]
+        return found
+
+    # ----------------------------------------------------------------------------- run page
+    def run(self, rel: str) -> dict:
+        from ..checkpoint import latest_checkpoint
+        run = self._run(rel)
+        metrics = run / "metrics.jsonl"
+        rows, held_out, problems, version = [], [], None, "none"
+        if metrics.is_file():
+            index = self.folder.index(metrics, "metrics", lambda v: v if isinstance(v, dict) else None)
+            rows, held_out = metrics_rows(index.summaries), metrics_rows(index.summaries, phase="eval")
+            problems, version = index.problems(), f"{index.identity}:{index.end}"
+        learning = learning_summary(rows)
+        held = learning_summary(held_out)["per_iteration"]
+        series = []
+        for row, p in zip(rows, learning["per_iteration"]):
+            series.append({**p, "cr": row.get("cr"), "reward_mean": row.get("reward_mean"),
+                           "train_loss": row.get("train_loss"), "train_kl": row.get("train_kl"),
+                           "band_fractions": row.get("band_fractions")})
+        _, _, schema, problem = self.setting(run)
+        checkpoint = latest_checkpoint(run)
+        return {"run": rel, "series": series, "held_out": held, "verdict": learning.get("verdict_text"),
+                "verdict_data": learning.get("verdict"), "problems": problems, "version": version,
+                "config_problem": problem, "checkpoint": checkpoint.name if checkpoint else None,
+                "curriculum": sorted(int(p.stem[5:]) for p in (run / "curriculum").glob("iter_*.json")
+                                     if p.stem[5:].isdigit()),
+                "dialogue_files": self.folder.dialogue_files(rel),
+                "summary_md": (run / "report" / "summary.md").is_file()}
+
+    # ----------------------------------------------------------------------------- curriculum map
+    def curriculum(self, rel: str, iteration: int) -> dict:
+        run = self._run(rel)
+        data = read_json_file(run / "curriculum" / f"iter_{iteration:04d}.json", "curriculum")
+        states = data.get("states") if isinstance(data, dict) else None
+        if not isinstance(states, dict):
+            raise ViewError(f"curriculum/iter_{iteration:04d}.json: expected an object with 'states'", 422)
+        _, _, schema, _ = self.setting(run)
+        keep = ("cr", "attempts", "successes", "band", "weight", "draws")
+        dialogues = run / "dialogues" / f"iter_{iteration:04d}.jsonl"
+        return {"iteration": iteration,
+                "dimensions": [{"name": d.name, "levels": list(d.levels)} for d in schema.dimensions],
+                "states": {k: {f: v.get(f) for f in keep} for k, v in states.items() if isinstance(v, dict)},
+                "dialogues": self.folder.rel(dialogues) if dialogues.is_file() else None}
+
+    def bands_for(self, file: Path) -> Optional[dict]:
+        """Band of each initial state when iteration N's calls were drawn: the curriculum after N-1
+        (iteration 1: every state unseen); None for a file that is not a run's iter_NNNN.jsonl."""
+        stem = file.stem
+        if not (stem.startswith("iter_") and stem[5:].isdigit() and file.parent.name == "dialogues"):
+            return None
+        before = file.parent.parent / "curriculum" / f"iter_{int(stem[5:]) - 1:04d}.json"
+        if not before.is_file():
+            return {}
+        data = read_json_file(before, "curriculum")
+        states = data.get("states") if isinstance(data, dict) else None
+        return {k: v.get("band") for k, v in (states or {}).items() if isinstance(v, dict)}
+
+    # ----------------------------------------------------------------------------- dialogue browser
+    def dialogues(self, rel: str, filters: dict, offset: int = 0, limit: int = 50) -> dict:
+        file = self.folder.path(rel)
+        if not file.is_file():
+            raise ViewError(f"{rel}: not a dialogues file", 400)
+        index = self.dialogues_index(file)
+        bands = self.bands_for(file)
+        cfg = self.setting(self.folder.source_of(file))[0]
+        rows, facets = [], {"user_set": set(), "behavior": set(), "band": set(), "end_reason": set()}
+        for i, s in enumerate(index.summaries):
+            band = None if bands is None else bands.get(s["state"], "unseen")
+            facets["user_set"].add(s["user_set"] or "")
+            facets["behavior"].update(s["behaviors"])
+            facets["end_reason"].add(s["end_reason"] or "")
+            if band:
+                facets["band"].add(band)
+            if _matches(s, band, filters):
+                rows.append({**s, "index": i, "band": band, "reward": _reward(cfg, s)})
+        limit = max(1, min(PAGE_MAX, limit))
+        return {"file": rel, "total": len(index), "matched": len(rows), "offset": offset, "limit": limit,
+                "rows": rows[offset:offset + limit], "facets": {k: sorted(v) for k, v in facets.items()},
+                "problems": index.problems(), "bands": bands is not None}
+
+    def dialogue(self, rel: str, i: int) -> dict:
+        file = self.folder.path(rel)
+        index = self.dialogues_index(file)
+        record = index.record(i)
+        summary = index.summaries[i]
+        cfg, _, schema, _ = self.setting(self.folder.source_of(file))
+        bands = self.bands_for(file)
+        return {"file": rel, "index": i, "total": len(index), "line": index.linenos[i], "record": record,
+                "summary": summary, "reward": _reward(cfg, summary),
+                "band": None if bands is None else bands.get(summary["state"], "unseen"),
+                "dimensions": [{"name": d.name, "max": d.max_level} for d in schema.dimensions]}
+
+    def same_profile(self, rel: str, i: int, limit: int = 40) -> list[dict]:
+        """The calls of the same profile in every other dialogues file of the folder (before/after)."""
+        file = self.folder.path(rel)
+        key = self.dialogues_index(file).summaries[i]["profile"] if i >= 0 else None
+        if key is None:
+            raise ViewError(f"{rel}: no record {i}", 404)
+        found = self.folder.discover()
+        out = []
+        for source in found["runs"] + found["evals"]:
+            for other in self.folder.dialogue_files(source):
+                index = self.dialogues_index(self.folder.path(other))
+                for j, s in enumerate(index.summaries):
+                    if s["profile"] == key and not (other == rel and j == i):
+                        out.append({"file": other, "index": j, "source": source, "outcome": s["outcome"],
+                                    "end_reason": s["end_reason"], "iteration": s["iteration"]})
+                        if len(out) >= limit:
+                            return out
+        return out
+
+    # ----------------------------------------------------------------------------- compare page
+    def compare(self, rel: str) -> dict:
+        from ..compare import agent_dir_name
+        folder = self.folder.path(rel)
+        rows = read_json_file(folder / "compare.json", "comparison")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "agent" in r for r in rows):
+            raise ViewError(f"{rel}/compare.json: expected a list of rows with 'agent'", 422)
+        md = folder / "compare.md"
+        title = md.read_text(errors="replace").splitlines()[0].lstrip("# ") if md.is_file() else rel
+        agents = list(dict.fromkeys(r["agent"] for r in rows))
+        files = {}
+        for i, agent in enumerate(agents):
+            f = folder / "agents" / agent_dir_name(i, agent) / "dialogues.jsonl"
+            files[agent] = f if f.is_file() else None
+        differ = []
+        first = files.get(agents[0]) if agents else None
+        if first is not None:
+            ref = self.dialogues_index(first).summaries
+            for agent in agents[1:]:
+                if files[agent] is None:
+                    continue
+                other = self.dialogues_index(files[agent]).summaries
+                for j, (a, b) in enumerate(zip(ref, other)):
+                    if a["outcome"] != b["outcome"]:
+                        differ.append({"index": j, "agent": agent, "first": self.folder.rel(first),
+                                       "other": self.folder.rel(files[agent]), "first_outcome": a["outcome"],
+                                       "outcome": b["outcome"], "state": a["state"]})
+        ablation = folder.parent / "ablation.md"
+        return {"compare": rel, "title": title, "rows": rows,
+                "files": {a: self.folder.rel(f) if f else None for a, f in files.items()},
+                "differ": differ[:500], "differ_total": len(differ),
+                "ablation": ablation.read_text(errors="replace") if ablation.is_file() else None}
+
+
+def _reward(cfg: Any, s: dict) -> Optional[float]:
+    """The training reward of a call as the loop computes it (sead_ray.grpo.trajectory_reward)."""
+    if cfg is None or s["outcome"] not in ("success", "failure"):
+        return None
+    from ..grpo import trajectory_reward
+    return trajectory_reward(s["outcome"] == "success", int(s["format_failures"] or 0), cfg.train.success_reward,
+                             cfg.train.format_penalty)
+
+
+def _matches(s: dict, band: Optional[str], filters: dict) -> bool:
+    for key, want in filters.items():
+        if want in (None, ""):
+            continue
+        if key == "outcome" and s["outcome"] != want:
+            return False
+        if key == "end_reason" and s["end_reason"] != want:
+            return False
+        if key == "band" and band != want:
+            return False
+        if key == "user_set" and (s["user_set"] or "") != want:
+            return False
+        if key == "behavior" and want not in s["behaviors"]:
+            return False
+        if key == "format" and (s["format_failures"] > 0) != (want == "yes"):
+            return False
+        if key == "error" and (s["end_reason"] == "error" or bool(s["error"])) != (want == "yes"):
+            return False
+        if key == "state" and s["state"] != want:
+            return False
+        if key == "profile" and s["profile"] != want:
+            return False
+    return True
