@@ -1,168 +1,370 @@
-"""GPU check for one CUDA device (an H200 in under 10 minutes); never part of CI, nothing downloaded.
+"""GPU check for the single-H200 check machine: torch and transformers only, nothing downloaded.
 
-    python benchmarks/gpu_check.py --tokenizer TOKENIZER_DIR --out gpu_check.json
+    python benchmarks/gpu_check.py --out gpu_check.json            # on the GPU machine (~2-4 min)
+    python benchmarks/gpu_check.py --out gpu_check.json --small    # anywhere (CPU: the CUDA parts are skipped)
 
-1. A randomly initialised model of the Qwen2.5 architecture (default: Qwen2.5-1.5B's shape; throughput
-   does not depend on the weights' values), saved with the given tokenizer (e.g. the embedded
-   SmolLM2 folder: `sead-ray models list`), served by our VLLMEngine on CUDA with CUDA graphs and
-   chunked prefill (the settings `engine_spec_from_config` picks for a role with GPUs).
-2. Generation throughput with concurrent requests.
-3. Colocated weight transfer over vLLM's `ipc` backend, the path of `placement.colocate`: a DeepSpeed
-   ZeRO-3 trainer (world 1) on the same GPU, our `GatheredWeights` source and `EnginePoolClient`-shaped
-   client; the engine must then serve the trainer's weights (logprob agreement) and greedy output must
-   change with the weights.
-4. Sleep mode: memory released by `sleep` and regained by `wake_up`.
-Prints the figures as JSON (and writes them with --out).
+The check machine has the image's torch and transformers and no vLLM, DeepSpeed or Ray; at most 64 MiB of
+files travel with the repository and nothing can be downloaded there. So this script needs nothing else:
+no carried wheels (DeepSpeed, a 14B checkpoint or a tokenizer are not needed), a model built from a config
+with random weights (memory and time do not depend on their values), and the project's own pure modules
+(`sead_ray.grpo`, `sead_ray.memory_plan`, which import neither Ray nor vLLM). What it cannot check there:
+vLLM's engines, DeepSpeed's ZeRO-3 partitioning (the plan's shard lines) and multi-GPU NCCL.
+
+Each check prints one line (`ok`, `FAIL` with the error, or `skip` with the reason) and the script goes on
+past a failure; the JSON (--out) is written again after every check.
+  device      the GPU's name and memory
+  context     the CUDA context's size, against memory_plan.CUDA_CONTEXT_BYTES
+  allocator   the trainer's allocator setting (expandable segments) takes effect
+  nccl        the shipped `nccl` weight path as far as torch alone goes: an NCCL process group of one rank,
+              the weights packed into `weight_sync.bucket_mb` buffers, broadcast, unpacked and compared;
+              the communicator's memory against memory_plan.NCCL_COMMUNICATOR_BYTES (CPU: gloo)
+  model       a Qwen2.5-14B-shaped model cut to --layers layers with the full vocabulary, from a config
+  grpo_step   one GRPO micro-step (sead_ray.grpo: logits of the trained positions, clipped loss, backward,
+              AdamW) on one call of --seq tokens of which --trained are the agent's; torch's
+              max_memory_allocated per phase against the plan's lines for the same shape and config
+  logprobs    the trainer's bf16 logprobs against an fp32 reference of the same weights
+  throughput  trained tokens/s and step time over --steps steps
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-class LocalEngineClient:
-    """vLLM's weight-sync client protocol over an in-process VLLMEngine, for the trainer side running
-    in a worker thread (the engine's calls run on the event loop)."""
-
-    def __init__(self, engine, loop, version: int = 1):
-        self.engine, self.loop, self.version = engine, loop, version
-
-    def _run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def init_weight_transfer_engine(self, init_info: dict) -> None:
-        self._run(self.engine.init_weight_transfer(init_info))
-
-    def start_weight_update(self) -> None:
-        self._run(self.engine.start_weight_update())
-
-    def update_weights(self, update_info) -> None:
-        self._run(self.engine.update_weights(update_info))
-
-    def finish_weight_update(self, weight_version=None) -> None:
-        self._run(self.engine.finish_weight_update())
+GIB = 2**30
 
 
-def build_model(tmp: Path, args):
+class Checks:
+    """Runs each check, prints one line, keeps going past failures, writes the JSON after every check."""
+
+    def __init__(self, out: str):
+        self.out, self.results, self.figures = out, {}, {}
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            value = fn()
+        except SkipCheck as skip:
+            self.results[name] = {"status": "skip", "reason": str(skip)}
+            print(f"[skip] {name}: {skip}", flush=True)
+            value = None
+        except Exception as exc:   # a check's failure is reported, the next check still runs
+            self.results[name] = {"status": "fail", "error": f"{type(exc).__name__}: {exc}",
+                                  "traceback": traceback.format_exc(limit=4)}
+            print(f"[FAIL] {name}: {type(exc).__name__}: {exc}", flush=True)
+            value = None
+        else:
+            figures = value if isinstance(value, dict) else {}
+            self.results[name] = {"status": "ok", **{k: v for k, v in figures.items() if not k.startswith("_")}}
+            shown = ", ".join(f"{k}={_fmt(v)}" for k, v in figures.items() if not k.startswith("_"))
+            print(f"[ok] {name}: {shown}", flush=True)
+        self.results[name]["seconds"] = round(time.perf_counter() - t0, 3)
+        self.write()
+        return value
+
+    def write(self) -> None:
+        if self.out:
+            Path(self.out).write_text(json.dumps(self.results, indent=2))
+
+
+class SkipCheck(Exception):
+    """A check that cannot run here; its message says why."""
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def build_model(args, dtype):
+    """A Qwen2.5-14B-shaped model (or a small one) cut to `args.layers` layers, random weights, from a config."""
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=args.hidden, intermediate_size=args.intermediate,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=2,
-                         max_position_embeddings=4096, tie_word_embeddings=False, torch_dtype="bfloat16")
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    config = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                         num_key_value_heads=args.kv_heads, max_position_embeddings=max(4096, args.seq),
+                         tie_word_embeddings=False, use_cache=False)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    with torch.device(args.device):
+        model = Qwen2ForCausalLM(config).to(dtype)
+    if args.checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
     return model
 
 
-def zero3_trainer(model):
-    """The model under DeepSpeed ZeRO-3 on this GPU (world 1), as the trainer's ranks hold it."""
-    import deepspeed
-    import torch
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29531"), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0")
-    deepspeed.init_distributed(dist_backend="nccl")
-    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}, "bf16": {"enabled": True},
-              "zero_allow_untested_optimizer": True}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    engine, *_ = deepspeed.initialize(model=model.cuda(), optimizer=optimizer, config=config)
-    return engine
+def plan_config(args, dtype_name: str):
+    """The run config whose plan describes this step: one ZeRO-0 rank, one call of --seq tokens, --trained of
+    them the agent's (as max_turns turns of max_tokens)."""
+    from sead_ray.config import load_config
+    turns = max(1, args.trained // 64)
+    return load_config(ROOT / "configs" / "embedded.yaml", [
+        f"models.dtype={dtype_name}", "trainer.num_workers=1", "trainer.zero_stage=0", "train.micro_batch_size=1",
+        f"train.max_seq_len={args.seq}", f"train.gradient_checkpointing={str(args.checkpointing).lower()}",
+        f"dialogue.max_turns={turns}", f"dialogue.agent_train.max_tokens={args.trained // turns}",
+        "train.entropy_coef=0.0", "train.kl_coef=0.0"])
 
 
-def trainer_logprobs(module, ids: list[int]) -> list[float]:
-    import deepspeed
-    import torch
-    with torch.no_grad(), deepspeed.zero.GatheredParameters(list(module.parameters())):
-        logits = module(torch.tensor([ids], device="cuda")).logits[0, :-1].float()
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:], device="cuda")[:, None])[:, 0].tolist()
-
-
-async def main(args) -> dict:
+def one_call_batch(args, pad_id: int = 0):
+    """One call of --seq tokens whose last --trained positions (in spans of 64, as agent turns) are trained."""
     import torch
 
-    from actors.vllm_engine import EngineSpec, VLLMEngine
-    from actors.weight_sync import GatheredWeights
+    from sead_ray.grpo import collate
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, args.vocab, (args.seq,), generator=g).tolist()
+    mask = [0] * args.seq
+    span, gap = 64, max(0, (args.seq - args.trained) // max(1, args.trained // 64))
+    pos, left = args.seq - 1, args.trained
+    while left > 0 and pos > 0:             # agent turns of 64 tokens between user turns, from the end back
+        for _ in range(min(span, left)):
+            mask[pos] = 1
+            pos, left = pos - 1, left - 1
+        pos -= gap
+    old = [-1.0 if m else 0.0 for m in mask]
+    return collate([ids], [mask], [old], [1.0], pad_id=pad_id)
 
-    assert torch.cuda.is_available(), "this check needs a CUDA device"
-    out: dict = {"device": torch.cuda.get_device_name(0)}
-    tmp = Path(tempfile.mkdtemp(prefix="sead-gpu-"))
-    model = build_model(tmp, args)
-    out["params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
 
-    engine = VLLMEngine(EngineSpec(str(tmp), dtype="bfloat16", kv_cache_mb=args.kv_cache_mb, max_model_len=4096,
-                                   max_num_seqs=256, enforce_eager=False, chunked_prefill=True,
-                                   weight_transfer_backend="ipc", sleep_mode=True))
-    out["engine_start_s"] = await engine.start()
-    prompt = list(range(100, 612))
-    t0 = time.perf_counter()
-    gens = await asyncio.gather(*[engine.generate(prompt + [i], temperature=1.0, top_p=1.0, max_tokens=128, seed=i)
-                                  for i in range(args.concurrency)])
-    dt = time.perf_counter() - t0
-    out["throughput_tokens_per_s"] = sum(len(g.token_ids) for g in gens) / dt
+def main(args) -> dict:
+    import torch
+    cuda = torch.cuda.is_available() and not args.cpu
+    args.device = "cuda" if cuda else "cpu"
+    checks = Checks(args.out)
+    no_cuda = "no CUDA device here (CPU): skipped"
 
-    # Sleep mode: what the colocated loop does around each GRPO step.
-    free_awake = torch.cuda.mem_get_info()[0]
-    t0 = time.perf_counter()
-    await engine.sleep()
-    out["sleep_s"], free_asleep = time.perf_counter() - t0, torch.cuda.mem_get_info()[0]
-    t0 = time.perf_counter()
-    await engine.wake_up()
-    out["wake_s"] = time.perf_counter() - t0
-    out["sleep_released_gb"] = (free_asleep - free_awake) / 2**30
-    out["wake_regained_gb"] = (free_asleep - torch.cuda.mem_get_info()[0]) / 2**30
+    def device():
+        if not cuda:
+            return {"device": "cpu", "torch": torch.__version__, "cuda": False}
+        p = torch.cuda.get_device_properties(0)
+        return {"device": p.name, "memory_gib": round(p.total_memory / GIB, 2), "torch": torch.__version__,
+                "cuda": torch.version.cuda}
+    checks.run("device", device)
 
-    # Colocated transfer of new weights over vLLM's ipc backend, from a ZeRO-3 trainer on this GPU.
-    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
-    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
-    base = (await engine.generate(prompt, temperature=0.0, top_p=1.0, max_tokens=16)).token_ids
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.add_(0.05 * torch.randn_like(p))
-    trainer = zero3_trainer(model)
-    loop = asyncio.get_running_loop()
+    def context():
+        if not cuda:
+            raise SkipCheck(no_cuda)
+        from sead_ray.memory_plan import CUDA_CONTEXT_BYTES
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")
+        free, total = torch.cuda.mem_get_info()
+        ctx = total - free - torch.cuda.memory_reserved()
+        return {"context_gib": round(ctx / GIB, 3), "plan_gib": round(CUDA_CONTEXT_BYTES / GIB, 3),
+                "within_plan": ctx <= CUDA_CONTEXT_BYTES}
+    checks.run("context", context)
 
-    def send() -> float:
-        source = GatheredWeights(trainer.module, zero_stage=3, rank=0)
-        sender = WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0),
-                                                            client=LocalEngineClient(engine, loop), source=source)
-        t = time.perf_counter()
-        sender.send_weights()
-        return time.perf_counter() - t
-    out["ipc_sync_s"] = await asyncio.to_thread(send)
-    out["ipc_mb"] = sum(p.ds_numel * 2 for p in trainer.module.parameters()) / 2**20
-    out["ipc_mb_per_s"] = out["ipc_mb"] / out["ipc_sync_s"]
-    after = await engine.generate(prompt, temperature=0.0, top_p=1.0, max_tokens=16)
-    out["ipc_output_changed"] = after.token_ids != base
-    recomputed = trainer_logprobs(trainer.module, prompt + after.token_ids)[len(prompt) - 1:]
-    out["logprob_max_abs_diff"] = max(abs(a - b) for a, b in zip(after.logprobs, recomputed))
-    out["ok"] = out["ipc_output_changed"] and out["logprob_max_abs_diff"] < 0.1 and out["sleep_released_gb"] > 0
-    engine.shutdown()
-    print(json.dumps(out, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2))
-    return out
+    def allocator():
+        if not cuda:
+            raise SkipCheck(no_cuda)
+        from sead_ray.trainer_protocol import CUDA_ALLOC_CONF
+        torch.cuda.memory._set_allocator_settings(CUDA_ALLOC_CONF)
+        x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        del x
+        return {"setting": CUDA_ALLOC_CONF}
+    checks.run("allocator", allocator)
+
+    def nccl():
+        import torch.distributed as dist
+
+        from sead_ray.config import WeightSyncConfig
+        from sead_ray.memory_plan import NCCL_COMMUNICATOR_BYTES
+        backend = "nccl" if cuda else "gloo"
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29517")
+        free0 = torch.cuda.mem_get_info()[0] if cuda else 0
+        reserved0 = torch.cuda.memory_reserved() if cuda else 0
+        dist.init_process_group(backend, rank=0, world_size=1, device_id=torch.device("cuda", 0) if cuda else None)
+        try:
+            # the weights as the trainer's rank 0 sends them: packed into bucket_mb buffers, broadcast, unpacked
+            torch.manual_seed(2)
+            weights = {f"layers.{i}.w": torch.randn(1024, 1024 + i, dtype=torch.bfloat16, device=args.device)
+                       for i in range(24)}
+            bucket = WeightSyncConfig().bucket_mb << 20
+            received: dict = {}
+
+            def send(names: list) -> None:
+                flat = torch.cat([weights[n].reshape(-1).view(torch.uint8) for n in names])
+                dist.broadcast(flat, src=0)
+                offset = 0
+                for n in names:
+                    size = weights[n].numel() * weights[n].element_size()
+                    received[n] = flat[offset:offset + size].view(torch.bfloat16).view(weights[n].shape)
+                    offset += size
+            packed: list = []
+            for name, w in weights.items():
+                if packed and sum(weights[n].numel() * 2 for n in packed) + w.numel() * 2 > bucket:
+                    send(packed)
+                    packed = []
+                packed.append(name)
+            send(packed)
+            if cuda:
+                torch.cuda.synchronize()
+            same = all(torch.equal(received[n], weights[n]) for n in weights)
+            out = {"backend": backend, "tensors": len(weights), "bucket_mb": bucket >> 20, "identical": same}
+            if cuda:   # device memory taken outside torch's allocator: the communicator's buffers
+                used = (free0 - torch.cuda.mem_get_info()[0]) - (torch.cuda.memory_reserved() - reserved0)
+                out.update(communicator_gib=round(max(0, used) / GIB, 3),
+                           plan_gib=round(NCCL_COMMUNICATOR_BYTES / GIB, 3))
+            else:
+                out["note"] = "gloo stands in for NCCL on CPU"
+        finally:
+            dist.destroy_process_group()
+        if not same:
+            raise AssertionError("weights changed in the packed broadcast")
+        return out
+    checks.run("nccl", nccl)
+
+    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype_name = "bfloat16" if cuda else "float32"
+    state: dict = {}
+
+    def model():
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() if cuda else 0
+        m = build_model(args, dtype)
+        state["model"] = m
+        params = sum(p.numel() for p in m.parameters())
+        from sead_ray.memory_plan import ModelShape, trainer_plan
+        shape = ModelShape("cut", args.layers, args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab)
+        state["shape"], state["plan"] = shape, trainer_plan(plan_config(args, dtype_name), shape)
+        out = {"params_m": round(params / 1e6, 1), "plan_params_m": round(shape.params / 1e6, 1),
+               "layers": args.layers, "vocab": args.vocab}
+        if cuda:
+            out["allocated_gib"] = round((torch.cuda.memory_allocated() - base) / GIB, 3)
+            out["plan_gib"] = round(state["plan"]["parameters"] / GIB, 3)
+        if abs(params - shape.params) > 0.01 * params:
+            raise AssertionError(f"the plan's parameter count {shape.params} is not the model's {params}")
+        return out
+    checks.run("model", model)
+
+    def grpo_step():
+        if "model" not in state:
+            raise SkipCheck("no model (the model check failed)")
+        from sead_ray.grpo import forward_logprobs, policy_loss
+        m, plan = state["model"], state["plan"]
+        batch = one_call_batch(args)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-6, foreach=False)
+        mem = {}
+
+        def mark(phase):
+            if cuda:
+                torch.cuda.synchronize()
+                mem[phase] = torch.cuda.max_memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        static = torch.cuda.memory_allocated() if cuda else 0
+        t0 = time.perf_counter()
+        logprobs, entropy = forward_logprobs(m, batch, args.device, with_entropy=True)
+        mask = batch.loss_mask.to(args.device)
+        loss, stats = policy_loss(logprobs, logprobs.detach(), batch.advantages.to(args.device), mask, 0.2,
+                                  entropy=entropy, normalizer=float(mask.sum()))
+        mark("forward")
+        loss.backward()
+        mark("backward")
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        mark("optimizer")
+        step_s = time.perf_counter() - t0
+        state["step_s"] = step_s
+        out = {"trained_tokens": int(mask.sum()), "seq": args.seq, "loss": float(loss.detach()), "step_s": round(step_s, 3)}
+        if not cuda:
+            out["memory"] = "max_memory_allocated needs CUDA: not compared on CPU"
+            out["plan_lines"] = len(plan)
+            return out
+        # what the step adds over the weights: the plan's activations, logits, entropy chunk and gradients
+        # (ZeRO-0: full-size), the optimizer's states (torch AdamW in the model's dtype here: 2 x bf16, not the
+        # plan's fp32 m, v and master) as measured after the step
+        b = 2
+        plan_fb = sum(v for k, v in plan.items() if k.startswith(("activations", "logits", "entropy", "gradients")))
+        measured_fb = max(mem["forward"], mem["backward"]) - static
+        out.update(forward_peak_gib=round((mem["forward"] - static) / GIB, 3),
+                   backward_peak_gib=round((mem["backward"] - static) / GIB, 3),
+                   plan_step_gib=round(plan_fb / GIB, 3), measured_over_plan=round(measured_fb / plan_fb, 3),
+                   optimizer_peak_gib=round((mem["optimizer"] - static) / GIB, 3),
+                   adam_states_gib=round(2 * state["shape"].params * b / GIB, 3))
+        logits_key = next(k for k in plan if k.startswith("logits"))
+        out["plan_logits_gib"] = round(plan[logits_key] / GIB, 3)
+        return out
+    checks.run("grpo_step", grpo_step)
+
+    def logprobs():
+        if "model" not in state:
+            raise SkipCheck("no model (the model check failed)")
+        if not cuda:
+            raise SkipCheck("bf16 vs fp32 is a GPU question (the CPU trainer runs fp32): skipped")
+        import copy
+
+        from sead_ray.grpo import forward_logprobs
+        batch = one_call_batch(args)
+        m = state["model"]
+        with torch.no_grad():
+            low, _ = forward_logprobs(m, batch, args.device)
+            ref_model = copy.deepcopy(m).float()
+            ref, _ = forward_logprobs(ref_model, batch, args.device)
+            del ref_model
+        mask = batch.loss_mask.to(args.device).bool()
+        diff = (low.float() - ref)[mask].abs()
+        return {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()), "tokens": int(mask.sum())}
+    checks.run("logprobs", logprobs)
+
+    def throughput():
+        if "model" not in state:
+            raise SkipCheck("no model (the model check failed)")
+        from sead_ray.grpo import forward_logprobs, policy_loss
+        m, batch = state["model"], one_call_batch(args)
+        mask = batch.loss_mask.to(args.device)
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            lp, _ = forward_logprobs(m, batch, args.device)
+            loss, _ = policy_loss(lp, lp.detach(), batch.advantages.to(args.device), mask, 0.2,
+                                  normalizer=float(mask.sum()))
+            loss.backward()
+            m.zero_grad(set_to_none=True)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        best = min(times)
+        return {"steps": args.steps, "best_step_s": round(best, 4), "seq_tokens_per_s": round(args.seq / best, 1),
+                "trained_tokens_per_s": round(int(mask.sum()) / best, 1)}
+    checks.run("throughput", throughput)
+
+    failed = [k for k, v in checks.results.items() if v["status"] == "fail"]
+    checks.results["summary"] = {"status": "fail" if failed else "ok", "failed": failed,
+                                 "skipped": [k for k, v in checks.results.items() if v.get("status") == "skip"]}
+    checks.write()
+    print(f"summary: {len(failed)} failed, {len(checks.results['summary']['skipped'])} skipped", flush=True)
+    return checks.results
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="", help="JSON file, rewritten after every check")
+    p.add_argument("--small", action="store_true", help="a small model and call (the CPU test's size)")
+    p.add_argument("--cpu", action="store_true", help="stay on the CPU even where CUDA is available")
+    p.add_argument("--layers", type=int, default=4, help="layers of the 14B-shaped model (default 4)")
+    p.add_argument("--seq", type=int, default=8192, help="tokens of the call")
+    p.add_argument("--trained", type=int, default=3840, help="agent tokens of the call (15 turns x 256)")
+    p.add_argument("--steps", type=int, default=3, help="steps timed for throughput")
+    p.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
+                   help="store every layer's activations (the plan's other case)")
+    args = p.parse_args(argv)
+    # Qwen2.5-14B's shape (sead_ray.memory_plan.KNOWN_SHAPES) with the full vocabulary
+    args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab = 5120, 13824, 40, 8, 152064
+    if args.small:
+        args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab = 64, 128, 4, 2, 512
+        args.layers, args.seq, args.trained, args.steps = 2, 256, 128, 2
+    return args
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tokenizer", required=True, help="a local tokenizer folder (e.g. the embedded SmolLM2 model)")
-    p.add_argument("--hidden", type=int, default=1536)
-    p.add_argument("--intermediate", type=int, default=8960)
-    p.add_argument("--layers", type=int, default=28)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--kv-cache-mb", type=int, default=16384)
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--out", default="")
-    asyncio.run(main(p.parse_args()))
+    results = main(parse_args())
+    sys.exit(1 if results["summary"]["status"] == "fail" else 0)
