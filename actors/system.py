@@ -132,10 +132,14 @@ def _engine_bind(cfg: SeadConfig, index: int) -> str:
 async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Optional[Path] = None,
                               *, with_controller: bool = False, with_stats: bool = True,
                               trainer_workers: int = 0, first_iteration: int = 1,
-                              user_model: Optional[str] = None) -> RolloutRoles:
+                              user_model: Optional[str] = None,
+                              beside: Optional[Callable[[RolloutRoles, list, list], Awaitable[Any]]] = None,
+                              ) -> RolloutRoles:
     """Placement groups, then the actors: agent engine, user simulator pool, stats, controller. With
     `trainer_workers`, the cluster must also hold the trainer (placed later by Ray Train): checked
-    here, before any engine starts."""
+    here, before any engine starts. `beside(roles, agent_actors, user_actors)` runs while the engines
+    start (the trainers' start-up: the two loads overlap instead of adding up); it raises after both
+    ended, so that its caller can stop what it started."""
     from transformers import AutoTokenizer
 
     endpoint = endpoint_ref(agent_model)   # openai:MODEL@URL: no agent engine here
@@ -160,8 +164,18 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     t0 = time.perf_counter()
     log.info("starting %d engine(s): agent %s x %d; user simulator %s x %d", n_agent + (n_user if user_path else 0),
              agent_model, n_agent, cfg.models.user if user_path else "rule", n_user)
-    started = await asyncio.gather(*(start_engine(cfg, a) for a in agents), *(start_engine(cfg, u) for _, u in users))
-    log.info("engines ready in %.0f s", time.perf_counter() - t0)
+    async def engines() -> list:
+        started = await asyncio.gather(*(start_engine(cfg, a) for a in agents), *(start_engine(cfg, u) for _, u in users))
+        log.info("engines ready in %.0f s", time.perf_counter() - t0)
+        return started
+    side = beside(roles, agents, [u for _, u in users]) if beside is not None else asyncio.sleep(0)
+    started, side_result = await asyncio.gather(engines(), side, return_exceptions=True)
+    for outcome in (started, side_result):
+        if isinstance(outcome, BaseException):
+            for handle in [*agents, *(u for _, u in users)]:   # nothing of this start-up outlives it
+                ray.kill(handle, no_restart=True)
+            remove_placement_groups(plan)
+            raise outcome
     for index, (actor, info) in enumerate(zip(agents, started[:n_agent])):
         roles.agents.add(f"agent-{index}", actor, {**info, "placement_index": index})
     for index, ((name, actor), info) in enumerate(zip(users, started[n_agent:])):

@@ -80,17 +80,27 @@ class TrainingSystem:
             raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
                               "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
         groups = 2 if cfg.user_sim.train else 1
-        roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
-                                          trainer_workers=groups * cfg.trainer.num_workers,
-                                          first_iteration=first_iteration, user_model=user_model)
-        user_trainer = (TrainerGroup(cfg, roles.user_path, run_dir, agents=list(roles.users.actors.values()),
-                                     role="user") if cfg.user_sim.train else None)
-        system = cls(roles, TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir,
-                                         agents=list(roles.agents.actors.values())), user_trainer)
+        trainers: dict[str, TrainerGroup] = {}
+
+        async def start_trainers(roles: RolloutRoles, agents: list, users: list) -> None:
+            trainers["agent"] = TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir, agents=agents)
+            if cfg.user_sim.train:
+                trainers["user"] = TrainerGroup(cfg, roles.user_path, run_dir, agents=users, role="user")
+            for trainer in trainers.values():
+                await asyncio.to_thread(trainer.start)
+
+        try:
+            roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
+                                              trainer_workers=groups * cfg.trainer.num_workers,
+                                              first_iteration=first_iteration, user_model=user_model,
+                                              beside=start_trainers)
+        except BaseException:
+            for trainer in trainers.values():
+                await asyncio.to_thread(trainer.stop)
+            raise
+        system = cls(roles, trainers["agent"], trainers.get("user"))
         try:
             system.last_controller_state = await system._call_controller("state_dict")
-            for role in system.trained.values():
-                role.trainer.start()
         except BaseException:
             await system.stop()
             raise

@@ -175,6 +175,10 @@ class VLLMEngine:
         t0 = time.perf_counter()
         if self.spec.omp_threads_bind:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.omp_threads_bind
+        if self.spec.omp_threads_bind == "nobind" and self.spec.tensor_parallel_size == 1:
+            # No threads to pin: the model runs inside the engine-core process (vLLM's uni executor) instead
+            # of a worker process of its own on CPU: one Python start-up fewer, ~10 s of each engine's start.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
