@@ -30,9 +30,10 @@ def smollm_tokenizer():
 
 
 # The tests' own setting, not the demo's: the whole grid, no GRPO groups, no held-out evaluations,
-# gradient checkpointing on (the sampling temperature stays the demo's 0.7: tempered logprobs).
+# gradient checkpointing on (the sampling temperature stays the demo's 0.7: tempered logprobs), engines
+# not pinned to cores (several share each core here; unpinned, an engine starts one process fewer).
 TEST_SETTING = ["curriculum.user_set=''", "train.rollouts_per_profile=1", "train.advantage_mode=batch_mean",
-                "train.gradient_checkpointing=true", "train.eval_every=0"]
+                "train.gradient_checkpointing=true", "train.eval_every=0", "engine.cpu_bind=nobind"]
 
 
 def tiny_config(*overrides: str):
@@ -41,7 +42,7 @@ def tiny_config(*overrides: str):
     base = ["models.agent=tiny:llama-h64", "models.user=tiny:llama-h64", "dialogue.max_turns=4",
             "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12",
             "dialogue.user.max_tokens=48", "dialogue.user_reply_max_chars=24", "engine.kv_cache_mb=64",
-            "engine.max_model_len=2048", "engine.max_num_seqs=16", "engine.cpu_bind=nobind",
+            "engine.max_model_len=2048", "engine.max_num_seqs=16",
             "ray.dashboard=false", "placement.timeout_s=30", "user_sim.backend=vllm", "train.iterations=3",
             "train.lr=1e-6", "train.micro_batch_size=1", *TEST_SETTING]
     return load_config(EMBEDDED_CONFIG, base + list(overrides))

@@ -100,7 +100,7 @@ def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
                 "--seed", 0, "--out", out,
                 "--set", "user_sim.backend=rule", "--set", "dialogue.max_turns=3", "--set", "ray.dashboard=false",
                 "--set", "dialogue.agent_eval.max_tokens=12", "--set", "engine.kv_cache_mb=64",
-                "--set", "engine.max_model_len=2048")
+                "--set", "engine.max_model_len=2048", "--set", "engine.cpu_bind=nobind")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "CR (completion rate)" in proc.stdout and "dialogues / s" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
@@ -118,7 +118,7 @@ def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
     proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--profiles", out / "profiles.jsonl",
                 "--out", again, "--set", "user_sim.backend=rule", "--set", "dialogue.max_turns=3",
                 "--set", "ray.dashboard=false", "--set", "dialogue.agent_eval.max_tokens=12",
-                "--set", "engine.kv_cache_mb=64", "--set", "engine.max_model_len=2048")
+                "--set", "engine.kv_cache_mb=64", "--set", "engine.max_model_len=2048", "--set", "engine.cpu_bind=nobind")
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = [json.loads(line) for line in (out / "dialogues.jsonl").read_text().splitlines()]
     second = [json.loads(line) for line in (again / "dialogues.jsonl").read_text().splitlines()]
