@@ -104,10 +104,10 @@ SV.pages.call = async function (main, params) {
     return h("div", { class: "turn", "data-testid": "turn" },
       h("div", {},
         h("div", { class: "bubble agent", "data-testid": "agent-words" }, h("span", { class: "who" }, `agent · turn ${k + 1}` + (t.agent_tokens ? ` · ${t.agent_tokens} tokens` : "")),
-          t.agent || "…", t.agent_parse_ok === false ? SV.badge("format failure", "fmt") : null),
+          h("span", { class: "words" }, t.agent || "…"), t.agent_parse_ok === false ? SV.badge("format failure", "fmt") : null),
         h("details", { class: "raw" }, h("summary", {}, "raw output"), h("pre", {}, t.agent_raw || "")),
         t.user !== null && t.user !== undefined ? h("div", { class: "bubble user", "data-testid": "user-words" },
-          h("span", { class: "who" }, "callee"), t.user, t.user_status && t.user_status !== "continue" ? SV.badge(t.user_status) : null) : null),
+          h("span", { class: "who" }, "callee"), h("span", { class: "words" }, t.user), t.user_status && t.user_status !== "continue" ? SV.badge(t.user_status) : null) : null),
       SV.turnChart(dims, before, t.agent_estimate, t.user_state));
   });
   const nav = h("p", {},

@@ -1,0 +1,271 @@
+"""`sead-ray view`: the reader of big and torn JSON Lines files and the folder's confinement (fast), bad input
+with exit code 2, and a browser test (Playwright driving the distribution's Chromium, `make chromium`) on a
+small real run made here: the run page's CRs are metrics.jsonl's, the dialogue browser finds a failed call
+and shows its turns with both state series, the talk page plays two exchanges with a scripted agent and saves
+them as a dialogue record, a path out of the folder is refused. It also writes the README's screenshots."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sead_ray.cli import main
+from sead_ray.view.files import Folder, LineIndex, ViewError
+from tests.conftest import EMBEDDED_CONFIG, ROOT, TEST_SETTING
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = ROOT / "docs" / "img"
+
+
+def _summary(value):
+    return value if isinstance(value, dict) else None
+
+
+def test_line_index_reads_by_offset_skips_torn_lines_and_follows_a_growing_file(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": 2, "torn\n\n[1, 2]\n{"a": 3}\n{"a": 4')   # a torn line, a non-record, a half line
+    index = LineIndex(path, _summary).refresh()
+    assert [s["a"] for s in index.summaries] == [1, 3] and list(index.linenos) == [1, 5]
+    assert index.problems() == {"torn_lines": [2], "torn": 1, "malformed_lines": [4], "malformed": 1,
+                                "incomplete_last_line": True}
+    assert index.record(1) == {"a": 3}
+    with pytest.raises(ViewError, match="no record 2"):
+        index.record(2)
+    with open(path, "ab") as f:   # the writer finishes its line and adds one: only the new bytes are read
+        f.write(b'}\n{"a": 5}\n')
+    index.refresh()
+    assert [s["a"] for s in index.summaries] == [1, 3, 4, 5] and not index.problems()["incomplete_last_line"]
+    path.write_text('{"a": 9}\n')   # replaced (written whole, as dialogues files are): indexed again
+    assert [s["a"] for s in index.refresh().summaries] == [9]
+
+
+def test_a_line_longer_than_the_limit_is_skipped_without_holding_it(tmp_path, monkeypatch):
+    import sead_ray.view.files as files
+    monkeypatch.setattr(files, "MAX_LINE", 1000)
+    monkeypatch.setattr(files, "CHUNK", 256)
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"a": 1}\n' + json.dumps({"a": "x" * 5000}) + '\n{"a": 2}\n')
+    index = LineIndex(path, _summary).refresh()
+    assert [s["a"] for s in index.summaries] == [1, 2] and index.problems()["torn"] == 1
+
+
+def test_paths_are_confined_to_the_folder(tmp_path):
+    root = tmp_path / "root"
+    (root / "run").mkdir(parents=True)
+    (root / "run" / "metrics.jsonl").write_text("")
+    (tmp_path / "outside.jsonl").write_text("{}\n")
+    (root / "link.jsonl").symlink_to(tmp_path / "outside.jsonl")
+    folder = Folder(root)
+    assert folder.path("run/metrics.jsonl") == (root / "run" / "metrics.jsonl").resolve()
+    for bad in ("../outside.jsonl", "run/../../outside.jsonl", str(tmp_path / "outside.jsonl"), "link.jsonl"):
+        with pytest.raises(ViewError, match="outside the viewed folder") as err:
+            folder.path(bad)
+        assert err.value.status == 403
+    with pytest.raises(ViewError) as err:
+        folder.path("run/nope.jsonl")
+    assert err.value.status == 404
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["view", str(tmp_path / "missing")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["view", str(tmp_path / "empty")]) == 2
+    assert "not a sead-ray run directory" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "metrics.jsonl").write_text("")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert main(["view", str(run), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--port {port}: already in use" in err
+
+
+# ------------------------------------------------------------------------------------------- the browser test
+# The tiny random agent never follows the output format; the prefill hands every turn a state estimate (the
+# reply after it is the model's own), so the calls carry both state series, as a trained agent's would.
+PREFILL = '{"estimate": {"cooperation": 3, "emotion": 2, "trust": 1}, "reply": "Hello, '
+SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.batch_size=2", "train.micro_batch_size=1",
+            "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12",
+            "engine.kv_cache_mb=64", "engine.max_model_len=2048", "ray.dashboard=false", *TEST_SETTING,
+            "train.iterations=4", "train.eval_every=2", "train.eval_profiles=3", f"dialogue.agent_prefill='{PREFILL}'"]
+
+
+def _compare_from_held_out(run: Path, out: Path) -> None:
+    """A comparison of the run's agent before training and after its last iteration, from its held-out calls
+    (the same profiles and seeds, in the same order), written as `sead-ray compare` writes one."""
+    from sead_ray.compare import agent_dir_name, compare_rows, write_compare
+    from sead_ray.metrics import read_dialogues
+    files = sorted((run / "dialogues").glob("eval_*.jsonl"))
+    records = {"untrained": read_dialogues(files[0]), f"after {files[-1].stem}": read_dialogues(files[-1])}
+    for i, (label, source) in enumerate(zip(records, (files[0], files[-1]))):
+        (out / "agents" / agent_dir_name(i, label)).mkdir(parents=True)
+        shutil.copy(source, out / "agents" / agent_dir_name(i, label) / "dialogues.jsonl")
+    write_compare(compare_rows(records), out, "held-out calls of the run before and after training")
+
+
+@pytest.fixture(scope="module")
+def viewer(tmp_path_factory):
+    """A folder with a real 4-iteration run and a comparison, served by `sead-ray view` on a free port."""
+    folder = tmp_path_factory.mktemp("view")
+    cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", str(EMBEDDED_CONFIG), "--out", str(folder / "run")]
+    for s in SETTINGS:
+        cmd += ["--set", s]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _compare_from_held_out(folder / "run", folder / "compare")
+    (folder.parent / "outside.jsonl").write_text("{}\n")
+    server = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "view", str(folder), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line, seen = "", []
+    while "open http" not in line:
+        line = server.stdout.readline()
+        seen.append(line)
+        assert line or server.poll() is None, "".join(seen)
+    url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+    yield folder, url
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def page(viewer):
+    from playwright.sync_api import sync_playwright
+    assert os.path.exists(CHROMIUM), f"{CHROMIUM} missing: `make chromium` installs the distribution's Chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        browser.close()
+        assert not errors, errors
+
+
+def _shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"view-{name}.png"), full_page=True)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page):
+    folder, url = viewer
+    run = folder / "run"
+    page.goto(f"{url}/#/run?path=run")
+    page.wait_for_selector("[data-testid=iterations] tr[data-iteration]")
+    train = [r for r in _rows(run / "metrics.jsonl") if r["phase"] == "train"]
+    cells = page.query_selector_all("[data-testid=cr]")
+    assert [int(c.get_attribute("data-k")) for c in cells] == [r["successes"] for r in train]
+    assert [int(c.get_attribute("data-n")) for c in cells] == [r["n"] - r["error_calls"] for r in train]
+    assert [float(c.get_attribute("data-cr")) for c in cells] == [r["cr"] for r in train]
+    summary = (run / "report" / "summary.md").read_text()
+    verdict = summary.split("## Before and after")[1].split("```")[1].strip()
+    assert page.inner_text("[data-testid=verdict]").strip() == verdict   # the report's own verdict text
+    _shot(page, "run")
+
+    page.goto(f"{url}/#/curriculum?run=run&iteration=4")
+    cell = page.wait_for_selector(".grid-panel td[data-state]:not(.empty)")
+    state = cell.get_attribute("data-state")
+    cell.click()
+    page.wait_for_selector("[data-testid=cell-calls] table tr[data-index]")
+    listed = page.query_selector_all("[data-testid=cell-calls] tr[data-index]")
+    calls = _rows(run / "dialogues" / "iter_0004.jsonl")
+    key = [state == "-".join(str(r["profile"][d]) for d in ("cooperation", "emotion", "trust")) for r in calls]
+    started = [i for i, same in enumerate(key) if same]
+    assert [int(r.get_attribute("data-index")) for r in listed] == started
+    _shot(page, "curriculum")
+
+    page.goto(f"{url}/#/compare")
+    page.wait_for_selector("[data-testid=compare] tr[data-agent]")
+    table = json.loads((folder / "compare" / "compare.json").read_text())
+    shown = [r.inner_text() for r in page.query_selector_all("[data-testid=compare] [data-testid=cr]")]
+    assert shown == [f"{r['cr']:.3f} [{r['cr_low']:.3f}, {r['cr_high']:.3f}]" for r in table]
+    assert "better" in page.inner_text("[data-testid=compare] [data-testid=paired] >> nth=-1")
+    _shot(page, "compare")
+
+
+@pytest.mark.slow
+def test_dialogue_browser_filters_to_a_failed_call_with_both_state_series(viewer, page):
+    folder, url = viewer
+    calls = _rows(folder / "run" / "dialogues" / "iter_0004.jsonl")
+    failed = [i for i, r in enumerate(calls) if r["outcome"] == "failure"]
+    assert failed, "the tiny agent won every call: no failed call to look at"
+    page.goto(f"{url}/#/dialogues?file=run/dialogues/iter_0004.jsonl")
+    page.wait_for_selector("[data-testid=calls]")
+    page.select_option("select[name=outcome]", "failure")
+    page.wait_for_function("location.hash.includes('outcome=failure')")
+    page.wait_for_selector("[data-testid=calls] tr[data-index]")
+    rows = page.query_selector_all("[data-testid=calls] tr[data-index]")
+    assert [int(r.get_attribute("data-index")) for r in rows] == failed
+    assert {r.get_attribute("data-outcome") for r in rows} == {"failure"}
+    _shot(page, "dialogues")
+
+    rows[0].click()
+    page.wait_for_selector("[data-testid=turn]")
+    record = calls[failed[0]]
+    assert [e.inner_text() for e in page.query_selector_all("[data-testid=agent-words] .words")] \
+        == [t["agent"] for t in record["turns"]]
+    assert [e.inner_text() for e in page.query_selector_all("[data-testid=user-words] .words")] \
+        == [t["user"] for t in record["turns"]]
+    assert page.inner_text("[data-testid=end-reason]") == record["end_reason"]
+    for dim in ("cooperation", "emotion", "trust"):
+        hidden = json.loads(page.get_attribute(f"[data-testid=series-{dim}] .hidden-series", "data-values"))
+        estimate = json.loads(page.get_attribute(f"[data-testid=series-{dim}] .estimate-series", "data-values"))
+        assert hidden == [record["profile"][dim]] + [t["user_state"][dim] for t in record["turns"]]
+        assert estimate == [t["agent_estimate"][dim] for t in record["turns"]] and None not in estimate
+    _shot(page, "call")
+
+
+@pytest.mark.slow
+def test_talk_page_two_exchanges_saved_as_a_dialogue_record(viewer, page):
+    from sead_ray.metrics import read_dialogues
+    folder, url = viewer
+    page.goto(f"{url}/#/talk")
+    page.select_option("select[name=config]", "run")
+    page.select_option("select[name=agent]", "script:honest")
+    page.click("[data-testid=start]")
+    page.wait_for_selector("[data-testid=talk-turn]")
+    said = ["Sorry, who is calling?", "What's the catch? Will this cost me anything?"]
+    for k, text in enumerate(said):
+        page.fill("[data-testid=say]", text)
+        page.select_option("select[name=state-trust]", str(2 + k))
+        page.click("[data-testid=send]")
+        page.wait_for_function(f"document.querySelectorAll('[data-testid=talk-turn]').length === {k + 2}")
+    turns = page.query_selector_all("[data-testid=talk-turn]")
+    assert all(json.loads(e.get_attribute("data-values")) for e in page.query_selector_all("[data-testid=estimate]"))
+    assert "free" in turns[2].inner_text()   # the honest script answers the concern voiced
+    _shot(page, "talk")
+    page.click("[data-testid=save]")
+    saved = page.wait_for_selector("[data-testid=saved-path]").inner_text()
+    records = read_dialogues(folder / saved)   # the format of dialogues files, validated
+    assert [t["user"] for t in records[0]["turns"][:2]] == said
+    assert [t["user_state"]["trust"] for t in records[0]["turns"][:2]] == [2, 3]
+    assert records[0]["agent"] == "script:honest" and records[0]["end_reason"] == "timeout"
+
+
+@pytest.mark.slow
+def test_a_path_out_of_the_folder_is_refused(viewer, page):
+    import urllib.error
+    import urllib.request
+    _, url = viewer
+    page.goto(f"{url}/#/dialogues?file=../outside.jsonl")
+    assert "outside the viewed folder" in page.wait_for_selector("[data-testid=error]").inner_text()
+    for query in ("file=../outside.jsonl", "file=%2Fetc%2Fpasswd", "file=run/../../outside.jsonl"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{url}/api/dialogues?{query}", timeout=10)
+        assert err.value.code == 403
