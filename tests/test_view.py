@@ -21,7 +21,9 @@ from sead_ray.view.files import Folder, LineIndex, ViewError
 from tests.conftest import EMBEDDED_CONFIG, ROOT, TEST_SETTING
 
 CHROMIUM = "/usr/bin/chromium"
-SHOTS = ROOT / "docs" / "img"
+# The README's screenshots: SEAD_RAY_SCREENSHOTS=docs/img writes them there (elsewhere: a temporary folder,
+# so that `make test` leaves the working tree as it was)
+SHOTS_ENV = "SEAD_RAY_SCREENSHOTS"
 
 
 def _summary(value):
@@ -92,6 +94,67 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and f"--port {port}: already in use" in err
 
 
+def _records(n: int, scenario) -> list[dict]:
+    """n dialogue records as the rollout writes them (Trajectory.to_json): every third a success, every
+    fourth with a format failure, the last one ended by an error."""
+    from sead_ray.dialogue import Trajectory, Turn
+    from sead_ray.profiles import Profile
+    out = []
+    for i in range(n):
+        ok = i % 4 != 0
+        turn = Turn(f"words {i}", {"cooperation": 2, "emotion": 1, "trust": 3} if ok else None, "raw", ok, 0, 9,
+                    user=f"reply {i}", user_state={"cooperation": 1, "emotion": 1, "trust": i % 6},
+                    user_status="accept" if i % 3 == 0 else "continue")
+        end = "error" if i == n - 1 else "accept" if i % 3 == 0 else "timeout"
+        traj = Trajectory(f"d{i}", Profile((i % 5, 1, 2), ("Asks how long the 700 yuan will last",),
+                                           extra={"user_set": "soft" if i % 2 else "hard"}),
+                          [turn], "success" if end == "accept" else "failure", end, error="boom" if end == "error" else None)
+        out.append(traj.to_json(scenario))
+    return out
+
+
+def test_the_api_pages_and_filters_a_big_file_and_guards_hosts_and_origins(tmp_path, scenario, monkeypatch):
+    from starlette.testclient import TestClient
+
+    from sead_ray.config import dump_config, load_config
+    from sead_ray.view.app import build_app
+    run = tmp_path / "run"
+    (run / "dialogues").mkdir(parents=True)
+    dump_config(load_config(EMBEDDED_CONFIG, ["user_sim.backend=rule"]), run / "config.yaml")
+    (run / "metrics.jsonl").write_text('{"iteration": 1, "phase": "train", "n": 120, "successes": 40, "cr": 0.33}\n{"iter')
+    records = _records(120, scenario)
+    lines = [json.dumps(r) for r in records]
+    lines.insert(7, lines[7][:40])   # a torn line in the middle
+    (run / "dialogues" / "iter_0001.jsonl").write_text("\n".join(lines) + "\n")
+    client = TestClient(build_app(run, 4321), base_url="http://127.0.0.1:4321")
+    page = client.get("/api/dialogues", params={"file": "dialogues/iter_0001.jsonl", "offset": 100, "limit": 50}).json()
+    assert page["total"] == 120 and page["matched"] == 120 and [r["index"] for r in page["rows"]] == list(range(100, 120))
+    assert page["problems"]["torn_lines"] == [8]
+    for filters, expect in (({"outcome": "success"}, [i for i in range(120) if i % 3 == 0 and i != 119]),
+                            ({"format": "yes", "user_set": "hard"}, [i for i in range(120) if i % 4 == 0]),
+                            ({"error": "yes"}, [119]), ({"state": "3-1-2"}, [i for i in range(120) if i % 5 == 3])):
+        got = client.get("/api/dialogues", params={"file": "dialogues/iter_0001.jsonl", "limit": 200, **filters}).json()
+        assert [r["index"] for r in got["rows"]] == expect, filters
+    one = client.get("/api/dialogue", params={"file": "dialogues/iter_0001.jsonl", "index": 9}).json()
+    assert one["record"] == records[9] and one["line"] == 11 and one["reward"] == 1.0
+    run_page = client.get("/api/run", params={"path": ""}).json()
+    assert [p["text"] for p in run_page["series"]] == ["40/120 = 0.33 [0.26, 0.42]"]
+    assert run_page["problems"]["incomplete_last_line"]   # a row being written: shown once it is whole
+    with open(run / "metrics.jsonl", "a") as f:   # the run writes on: the page's next poll sees a new version
+        f.write('ation": 2, "phase": "train", "n": 120, "successes": 60, "cr": 0.5}\n')
+    later = client.get("/api/run", params={"path": ""}).json()
+    assert later["version"] != run_page["version"] and [p["k"] for p in later["series"]] == [40, 60]
+    assert client.get("/api/folder", headers={"host": "evil.example:4321"}).status_code == 403
+    talk = {"config": "", "agent": "script:honest"}
+    assert client.post("/api/talk", json=talk, headers={"origin": "http://evil.example"}).status_code == 403
+    started = client.post("/api/talk", json=talk, headers={"origin": "http://127.0.0.1:4321"}).json()
+    assert started["turns"][0]["agent_estimate"] and started["agent"] == "script:honest"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    missing_key = client.post("/api/talk", json={**talk, "agent": "openai:gpt@https://api.example.com/v1"},
+                              headers={"origin": "http://127.0.0.1:4321"})
+    assert missing_key.status_code == 400 and "OPENAI_API_KEY" in missing_key.json()["error"]
+
+
 # ------------------------------------------------------------------------------------------- the browser test
 # The tiny random agent never follows the output format; the prefill hands every turn a state estimate (the
 # reply after it is the model's own), so the calls carry both state series, as a trained agent's would.
@@ -153,9 +216,17 @@ def page(viewer):
         assert not errors, errors
 
 
-def _shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"view-{name}.png"), full_page=True)
+@pytest.fixture(scope="module")
+def shot(tmp_path_factory):
+    """Takes a full-page screenshot named view-<name>.png into $SEAD_RAY_SCREENSHOTS (relative: to the repository)."""
+    folder = Path(os.environ.get(SHOTS_ENV) or tmp_path_factory.mktemp("shots"))
+    folder = folder if folder.is_absolute() else ROOT / folder
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def take(page, name: str) -> None:
+        page.screenshot(path=str(folder / f"view-{name}.png"), full_page=True)
+        assert (folder / f"view-{name}.png").stat().st_size > 10_000
+    return take
 
 
 def _rows(path: Path) -> list[dict]:
@@ -163,7 +234,7 @@ def _rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page):
+def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page, shot):
     folder, url = viewer
     run = folder / "run"
     page.goto(f"{url}/#/run?path=run")
@@ -176,7 +247,7 @@ def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page):
     summary = (run / "report" / "summary.md").read_text()
     verdict = summary.split("## Before and after")[1].split("```")[1].strip()
     assert page.inner_text("[data-testid=verdict]").strip() == verdict   # the report's own verdict text
-    _shot(page, "run")
+    shot(page, "run")
 
     page.goto(f"{url}/#/curriculum?run=run&iteration=4")
     cell = page.wait_for_selector(".grid-panel td[data-state]:not(.empty)")
@@ -188,7 +259,7 @@ def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page):
     key = [state == "-".join(str(r["profile"][d]) for d in ("cooperation", "emotion", "trust")) for r in calls]
     started = [i for i, same in enumerate(key) if same]
     assert [int(r.get_attribute("data-index")) for r in listed] == started
-    _shot(page, "curriculum")
+    shot(page, "curriculum")
 
     page.goto(f"{url}/#/compare")
     page.wait_for_selector("[data-testid=compare] tr[data-agent]")
@@ -196,11 +267,11 @@ def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page):
     shown = [r.inner_text() for r in page.query_selector_all("[data-testid=compare] [data-testid=cr]")]
     assert shown == [f"{r['cr']:.3f} [{r['cr_low']:.3f}, {r['cr_high']:.3f}]" for r in table]
     assert "better" in page.inner_text("[data-testid=compare] [data-testid=paired] >> nth=-1")
-    _shot(page, "compare")
+    shot(page, "compare")
 
 
 @pytest.mark.slow
-def test_dialogue_browser_filters_to_a_failed_call_with_both_state_series(viewer, page):
+def test_dialogue_browser_filters_to_a_failed_call_with_both_state_series(viewer, page, shot):
     folder, url = viewer
     calls = _rows(folder / "run" / "dialogues" / "iter_0004.jsonl")
     failed = [i for i, r in enumerate(calls) if r["outcome"] == "failure"]
@@ -213,7 +284,7 @@ def test_dialogue_browser_filters_to_a_failed_call_with_both_state_series(viewer
     rows = page.query_selector_all("[data-testid=calls] tr[data-index]")
     assert [int(r.get_attribute("data-index")) for r in rows] == failed
     assert {r.get_attribute("data-outcome") for r in rows} == {"failure"}
-    _shot(page, "dialogues")
+    shot(page, "dialogues")
 
     rows[0].click()
     page.wait_for_selector("[data-testid=turn]")
@@ -228,11 +299,11 @@ def test_dialogue_browser_filters_to_a_failed_call_with_both_state_series(viewer
         estimate = json.loads(page.get_attribute(f"[data-testid=series-{dim}] .estimate-series", "data-values"))
         assert hidden == [record["profile"][dim]] + [t["user_state"][dim] for t in record["turns"]]
         assert estimate == [t["agent_estimate"][dim] for t in record["turns"]] and None not in estimate
-    _shot(page, "call")
+    shot(page, "call")
 
 
 @pytest.mark.slow
-def test_talk_page_two_exchanges_saved_as_a_dialogue_record(viewer, page):
+def test_talk_page_two_exchanges_saved_as_a_dialogue_record(viewer, page, shot):
     from sead_ray.metrics import read_dialogues
     folder, url = viewer
     page.goto(f"{url}/#/talk")
@@ -249,7 +320,7 @@ def test_talk_page_two_exchanges_saved_as_a_dialogue_record(viewer, page):
     turns = page.query_selector_all("[data-testid=talk-turn]")
     assert all(json.loads(e.get_attribute("data-values")) for e in page.query_selector_all("[data-testid=estimate]"))
     assert "free" in turns[2].inner_text()   # the honest script answers the concern voiced
-    _shot(page, "talk")
+    shot(page, "talk")
     page.click("[data-testid=save]")
     saved = page.wait_for_selector("[data-testid=saved-path]").inner_text()
     records = read_dialogues(folder / saved)   # the format of dialogues files, validated

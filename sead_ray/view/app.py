@@ -14,8 +14,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from .calls import FILTERS
 from .files import Folder, ViewError
-from .pages import FILTERS, Views
+from .pages import Views
 from .talk import Talks
 
 STATIC = Path(__file__).resolve().parent / "static"

@@ -161,8 +161,9 @@ class Folder:
         return index.refresh()
 
     def discover(self) -> dict:
-        """Runs (config.yaml with metrics.jsonl or dialogues/), comparisons (compare.json), evaluations
-        (dialogues.jsonl) and saved talks (talks/*.jsonl), at most SCAN_DEPTH folders down, links not followed."""
+        """Runs (config.yaml with metrics.jsonl, dialogues/, checkpoints/ or a live run's .lock), comparisons
+        (compare.json), evaluations (dialogues.jsonl) and saved talks (talks/*.jsonl), at most SCAN_DEPTH
+        folders down, links not followed."""
         found: dict[str, list] = {"runs": [], "compares": [], "evals": [], "talks": []}
 
         def visit(folder: Path, depth: int) -> None:
@@ -172,7 +173,7 @@ class Folder:
                 return
             names = {e.name for e in entries}
             rel = self.rel(folder)
-            if "config.yaml" in names and ("metrics.jsonl" in names or "dialogues" in names):
+            if "config.yaml" in names and names & {"metrics.jsonl", "dialogues", "checkpoints", ".lock"}:
                 found["runs"].append(rel)
             elif "dialogues.jsonl" in names:
                 found["evals"].append(rel)

@@ -10,44 +10,15 @@ from typing import Any, Optional
 
 from ..metrics import DEFAULT_DIMENSIONS
 from ..report import learning_summary, metrics_rows
-from ..state import Dimension, StateSchema, state_key
+from ..state import Dimension, StateSchema
+from .calls import CallSummary, matches, summarizer
 from .files import Folder, ViewError, read_json_file
 
 PAGE_MAX = 200
-FILTERS = ("outcome", "end_reason", "band", "user_set", "behavior", "format", "error", "state", "profile")
 
 
 def default_schema() -> StateSchema:
     return StateSchema(tuple(Dimension(name, tuple(str(i) for i in range(top + 1))) for name, top in DEFAULT_DIMENSIONS))
-
-
-def profile_key(profile: dict, names: tuple[str, ...]) -> str:
-    """A profile's identity across iterations and runs: initial state, behaviours and user set."""
-    behaviors = "|".join(sorted(b for b in profile.get("behaviors") or [] if isinstance(b, str)))
-    return f"{state_of(profile, names)}/{behaviors}/{profile.get('user_set') or ''}"
-
-
-def state_of(values: dict, names: tuple[str, ...]) -> Optional[str]:
-    levels = [values.get(n) for n in names]
-    return state_key(levels) if all(isinstance(v, int) and not isinstance(v, bool) for v in levels) else None
-
-
-def dialogue_summarizer(names: tuple[str, ...]):
-    def summarize(record: Any) -> Optional[dict]:
-        if not isinstance(record, dict) or not isinstance(record.get("profile"), dict):
-            return None
-        profile, turns = record["profile"], record.get("turns")
-        turns = turns if isinstance(turns, list) else []
-        failures = record.get("agent_parse_failures")
-        if not isinstance(failures, int):
-            failures = sum(isinstance(t, dict) and t.get("agent_parse_ok") is False for t in turns)
-        return {"id": str(record.get("dialogue_id", "")), "iteration": record.get("iteration"),
-                "state": state_of(profile, names), "profile": profile_key(profile, names),
-                "behaviors": [b for b in profile.get("behaviors") or [] if isinstance(b, str)],
-                "user_set": profile.get("user_set"), "outcome": record.get("outcome"),
-                "end_reason": record.get("end_reason"), "error": record.get("error"), "turns": len(turns),
-                "tokens": record.get("agent_tokens"), "format_failures": failures, "agent": record.get("agent")}
-    return summarize
 
 
 class Views:
@@ -82,7 +53,7 @@ class Views:
 
     def dialogues_index(self, file: Path):
         _, _, schema, _ = self.setting(self.folder.source_of(file))
-        return self.folder.index(file, "dialogues:" + ",".join(schema.names), dialogue_summarizer(schema.names))
+        return self.folder.index(file, "dialogues:" + ",".join(schema.names), summarizer(schema.names))
 
     # ----------------------------------------------------------------------------- folder
     def overview(self) -> dict:
@@ -161,18 +132,26 @@ class Views:
         cfg = self.setting(self.folder.source_of(file))[0]
         rows, facets = [], {"user_set": set(), "behavior": set(), "band": set(), "end_reason": set()}
         for i, s in enumerate(index.summaries):
-            band = None if bands is None else bands.get(s["state"], "unseen")
-            facets["user_set"].add(s["user_set"] or "")
-            facets["behavior"].update(s["behaviors"])
-            facets["end_reason"].add(s["end_reason"] or "")
+            band = None if bands is None else bands.get(s.state, "unseen")
+            facets["user_set"].add(s.user_set or "")
+            facets["behavior"].update(s.behaviors)
+            facets["end_reason"].add(s.end_reason or "")
             if band:
                 facets["band"].add(band)
-            if _matches(s, band, filters):
-                rows.append({**s, "index": i, "band": band, "reward": _reward(cfg, s)})
+            if matches(s, band, filters):
+                rows.append((i, s, band))
         limit = max(1, min(PAGE_MAX, limit))
+        page = [{**s.to_json(), "index": i, "band": band, "reward": _reward(cfg, s), "id": self._id(index, i)}
+                for i, s, band in rows[offset:offset + limit]]
         return {"file": rel, "total": len(index), "matched": len(rows), "offset": offset, "limit": limit,
-                "rows": rows[offset:offset + limit], "facets": {k: sorted(v) for k, v in facets.items()},
+                "rows": page, "facets": {k: sorted(v) for k, v in facets.items()},
                 "problems": index.problems(), "bands": bands is not None}
+
+    @staticmethod
+    def _id(index, i: int) -> str:
+        """A call's dialogue_id, read from its line (not kept in the index)."""
+        record = index.record(i)
+        return str(record.get("dialogue_id", "")) if isinstance(record, dict) else ""
 
     def dialogue(self, rel: str, i: int) -> dict:
         file = self.folder.path(rel)
@@ -182,25 +161,26 @@ class Views:
         cfg, _, schema, _ = self.setting(self.folder.source_of(file))
         bands = self.bands_for(file)
         return {"file": rel, "index": i, "total": len(index), "line": index.linenos[i], "record": record,
-                "summary": summary, "reward": _reward(cfg, summary),
-                "band": None if bands is None else bands.get(summary["state"], "unseen"),
+                "summary": summary.to_json(), "reward": _reward(cfg, summary),
+                "band": None if bands is None else bands.get(summary.state, "unseen"),
                 "dimensions": [{"name": d.name, "max": d.max_level} for d in schema.dimensions]}
 
     def same_profile(self, rel: str, i: int, limit: int = 40) -> list[dict]:
         """The calls of the same profile in every other dialogues file of the folder (before/after)."""
         file = self.folder.path(rel)
-        key = self.dialogues_index(file).summaries[i]["profile"] if i >= 0 else None
-        if key is None:
+        index = self.dialogues_index(file)
+        if not 0 <= i < len(index):
             raise ViewError(f"{rel}: no record {i}", 404)
+        key = index.summaries[i].profile
         found = self.folder.discover()
         out = []
         for source in found["runs"] + found["evals"]:
             for other in self.folder.dialogue_files(source):
                 index = self.dialogues_index(self.folder.path(other))
                 for j, s in enumerate(index.summaries):
-                    if s["profile"] == key and not (other == rel and j == i):
-                        out.append({"file": other, "index": j, "source": source, "outcome": s["outcome"],
-                                    "end_reason": s["end_reason"], "iteration": s["iteration"]})
+                    if s.profile == key and not (other == rel and j == i):
+                        out.append({"file": other, "index": j, "source": source, "outcome": s.outcome,
+                                    "end_reason": s.end_reason, "iteration": s.iteration})
                         if len(out) >= limit:
                             return out
         return out
@@ -228,10 +208,10 @@ class Views:
                     continue
                 other = self.dialogues_index(files[agent]).summaries
                 for j, (a, b) in enumerate(zip(ref, other)):
-                    if a["outcome"] != b["outcome"]:
+                    if a.outcome != b.outcome:
                         differ.append({"index": j, "agent": agent, "first": self.folder.rel(first),
-                                       "other": self.folder.rel(files[agent]), "first_outcome": a["outcome"],
-                                       "outcome": b["outcome"], "state": a["state"]})
+                                       "other": self.folder.rel(files[agent]), "first_outcome": a.outcome,
+                                       "outcome": b.outcome, "state": a.state})
         ablation = folder.parent / "ablation.md"
         return {"compare": rel, "title": title, "rows": rows,
                 "files": {a: self.folder.rel(f) if f else None for a, f in files.items()},
@@ -239,35 +219,10 @@ class Views:
                 "ablation": ablation.read_text(errors="replace") if ablation.is_file() else None}
 
 
-def _reward(cfg: Any, s: dict) -> Optional[float]:
+def _reward(cfg: Any, s: CallSummary) -> Optional[float]:
     """The training reward of a call as the loop computes it (sead_ray.grpo.trajectory_reward)."""
-    if cfg is None or s["outcome"] not in ("success", "failure"):
+    if cfg is None or s.outcome not in ("success", "failure"):
         return None
     from ..grpo import trajectory_reward
-    return trajectory_reward(s["outcome"] == "success", int(s["format_failures"] or 0), cfg.train.success_reward,
+    return trajectory_reward(s.outcome == "success", s.format_failures, cfg.train.success_reward,
                              cfg.train.format_penalty)
-
-
-def _matches(s: dict, band: Optional[str], filters: dict) -> bool:
-    for key, want in filters.items():
-        if want in (None, ""):
-            continue
-        if key == "outcome" and s["outcome"] != want:
-            return False
-        if key == "end_reason" and s["end_reason"] != want:
-            return False
-        if key == "band" and band != want:
-            return False
-        if key == "user_set" and (s["user_set"] or "") != want:
-            return False
-        if key == "behavior" and want not in s["behaviors"]:
-            return False
-        if key == "format" and (s["format_failures"] > 0) != (want == "yes"):
-            return False
-        if key == "error" and (s["end_reason"] == "error" or bool(s["error"])) != (want == "yes"):
-            return False
-        if key == "state" and s["state"] != want:
-            return False
-        if key == "profile" and s["profile"] != want:
-            return False
-    return True
