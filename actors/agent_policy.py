@@ -11,7 +11,7 @@ import ray
 from actors.routing import EngineDeadError, StickyRouter
 from actors.vllm_engine import EngineSpec, VLLMEngine
 from actors.weight_sync import WeightHandle, apply_handle
-from sead_ray.dialogue import AgentTurnOutput
+from sead_ray.turn_protocol import AgentTurnOutput
 
 
 class ContextFullError(RuntimeError):

@@ -16,10 +16,10 @@ import ray
 from actors.routing import EngineDeadError, StickyRouter, actor_death_errors
 from actors.vllm_engine import EngineSpec, VLLMEngine
 from actors.weight_sync import WeightHandle, apply_handle
-from sead_ray.dialogue import UserRequest, UserTurnOutput
 from sead_ray.prompts.user import parse_user_output, user_output_schema, user_prompt_ids
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.scenario import Scenario
+from sead_ray.turn_protocol import UserRequest, UserTurnOutput
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +70,10 @@ class UserSimActor:
             if self.engine.is_dead():
                 raise EngineDeadError(f"{self.name}: engine is dead ({type(exc).__name__})") from None
             raise
-        parsed = parse_user_output(gen.text, self.scenario.schema, req.current_state)
-        error = parsed.error
-        if gen.finish_reason == "length" and not parsed.ok:
-            error = f"cut off at max_tokens ({error})"
-        out = UserTurnOutput(parsed.reply, parsed.state, parsed.status, parsed.ok, raw=gen.text, error=error,
-                             engine=self.name, policy_version=self.version)
+        out = parse_user_output(gen.text, self.scenario.schema, req.current_state)
+        if gen.finish_reason == "length" and not out.ok:
+            out.error = f"cut off at max_tokens ({out.error})"
+        out.engine, out.policy_version = self.name, self.version
         if self.trained:
             out.prompt_ids, out.token_ids, out.logprobs = list(prompt), list(gen.token_ids), list(gen.logprobs)
         return out

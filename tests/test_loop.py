@@ -9,12 +9,12 @@ import numpy as np
 
 from sead_ray.checkpoint import TrainState
 from sead_ray.controller import ProfileController
-from sead_ray.dialogue import AgentTurnOutput
 from sead_ray.loop import SelfEvolutionLoop
 from sead_ray.profiles import sample_profiles
 from sead_ray.rollout import RolloutEndpoints, run_dialogues
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.trainer_protocol import StepMetrics, SyncResult
+from sead_ray.turn_protocol import AgentTurnOutput
 from tests.conftest import tiny_config
 
 REPLY = 'It is free, 700 yuan, no deposit."}'

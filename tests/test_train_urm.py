@@ -55,8 +55,9 @@ def test_the_simulator_is_trained_against_the_agent_and_resumes(ray_cluster, sce
 
 
 def test_simulator_samples_train_only_the_simulators_tokens():
-    from sead_ray.dialogue import Trajectory, UserTurnOutput
+    from sead_ray.dialogue import Trajectory
     from sead_ray.profiles import Profile
+    from sead_ray.turn_protocol import UserTurnOutput
     turn = UserTurnOutput("hi", (1,), "continue", True, prompt_ids=[5, 6, 7], token_ids=[8, 9], logprobs=[-0.5, -0.25])
     traj = Trajectory("d", Profile((1,), ()), [], "failure", "refuse", user_turns=[turn, turn])
     samples = user_samples_from([traj], [0.75], max_seq_len=4)
