@@ -304,11 +304,12 @@ def transport_placement_problem(cfg: Any, nodes: list[dict]) -> Optional[str]:
                 if all(n["Resources"].get(k, 0.0) >= v for k, v in need.items())]
     transport = cfg.weight_sync.transport
     if transport == "shm":
-        candidates = sorted(set(hosts("trainer")) | set(hosts("agent_policy")))
+        roles = ["trainer", "agent_policy"] + (["user_sim"] if cfg.user_sim.train else [])   # the engines trained
+        candidates = sorted(set().union(*(hosts(role) for role in roles)))
         if len(candidates) > 1:
             return (f"weight_sync.transport = shm needs the trainer's rank 0 and every agent engine on one node "
-                    f"(a file in /dev/shm), but roles trainer and agent_policy can land on {len(candidates)} nodes: "
-                    f"{', '.join(candidates)}. Use gloo or object_store across nodes, or pin both roles with "
+                    f"(a file in /dev/shm), but roles {' and '.join(roles)} can land on {len(candidates)} nodes: "
+                    f"{', '.join(candidates)}. Use gloo or object_store across nodes, or pin the roles with "
                     "placement.<role>.node_resource")
     if transport in ("nccl", "ipc"):
         gpus = sum(n["Resources"].get("GPU", 0.0) for n in nodes)
