@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from sead_ray.trainer_protocol import WEIGHT_TRANSPORTS
+
 # Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine.
 WORKER_EXTENSION = "actors.vllm_engine.WeightReloadExtension"
 
@@ -286,10 +288,6 @@ class VLLMEngine:
             self.engine = None
 
 
-# weight_sync.transport values that go through vLLM's weight-transfer API (actors/weight_sync.py)
-VLLM_TRANSFER_BACKENDS = ("gloo", "nccl", "ipc")
-
-
 def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
     """The engine of `role` (agent_policy or user_sim): CUDA settings where the role has GPUs."""
     on_gpu = getattr(cfg.placement, role).gpus > 0
@@ -304,7 +302,7 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
                       block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
                       tensor_parallel_size=tensor_parallel,
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
-                      weight_transfer_backend=transport if transport in VLLM_TRANSFER_BACKENDS and trained else "")
+                      weight_transfer_backend=transport if WEIGHT_TRANSPORTS[transport].vllm_api and trained else "")
 
 
 _kv_logged: set = set()

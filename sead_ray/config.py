@@ -20,6 +20,7 @@ from .config_schema import EMBEDDED_MODEL, ConfigError, SeadConfig
 __all__ = ["EMBEDDED_MODEL", "ConfigError", "SeadConfig", "config_to_dict", "dump_config", "load_config",
            "parse_overrides", "yaml_problem"]
 from .jsonl import read_text
+from .trainer_protocol import WEIGHT_TRANSPORTS
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -195,14 +196,15 @@ def _check_engines(cfg: SeadConfig, where: str) -> None:
 def _check_transport(cfg: SeadConfig, where: str) -> None:
     """What the config alone says about the weight transport (the cluster is checked at start)."""
     transport, p = cfg.weight_sync.transport, cfg.placement
-    if transport in ("nccl", "ipc") and not (p.trainer.gpus > 0 and p.agent_policy.gpus > 0):
+    needs = WEIGHT_TRANSPORTS[transport]
+    if needs.cuda and not (p.trainer.gpus > 0 and p.agent_policy.gpus > 0):
         raise ConfigError(f"{where}: weight_sync.transport = {transport} needs CUDA on both ends, but "
                           f"placement.trainer.gpus = {p.trainer.gpus:g} and placement.agent_policy.gpus = "
                           f"{p.agent_policy.gpus:g}; use gloo, object_store or shm on CPU")
-    if transport == "ipc" and not p.colocate:
+    if needs.colocated and not p.colocate:
         raise ConfigError(f"{where}: weight_sync.transport = ipc shares GPU memory between the trainer and the agent "
                           "engines on the same GPUs: it needs placement.colocate = true (else use nccl)")
-    if p.colocate and transport != "ipc" and p.agent_policy.gpus > 0:
+    if p.colocate and needs.colocated is False and p.agent_policy.gpus > 0:
         raise ConfigError(f"{where}: placement.colocate = true on GPUs moves weights over CUDA IPC: set "
                           f"weight_sync.transport = ipc (got {transport})")
 

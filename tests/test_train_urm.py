@@ -30,8 +30,8 @@ def _user_versions(run_dir, iteration):
 def test_the_simulator_is_trained_against_the_agent_and_resumes(ray_cluster, scenario, tmp_path):
     from sead_ray.models import resolve_model
     # gloo: both models' weights through vLLM's weight-transfer API, the simulator's as the agent's
-    settings = ("user_sim.train=true", "weight_sync.transport=gloo", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
-                "train.checkpoint_every=1", "train.keep_checkpoints=0")
+    settings = ("user_sim.train=true", "weight_sync.transport=gloo", "train.batch_size=4", "train.micro_batch_size=2",
+                "train.lr=1e-3", "train.checkpoint_every=1", "train.keep_checkpoints=0")
     run_dir = tmp_path / "run"
     summary = asyncio.run(launch.train(tiny_config(*settings, "train.iterations=2"), scenario, run_dir))
     assert summary["iterations"] == 2
