@@ -197,7 +197,8 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.stats = StatsActor.options(max_restarts=3, max_task_retries=2, **actor_options(plan, "stats", 0)).remote(
             str(run_dir), scenario.schema, first_iteration=first_iteration)
     if with_controller:
-        roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
+        roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(
+            scenario, cfg.curriculum, cfg.seed)
     return roles
 
 

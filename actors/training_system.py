@@ -173,7 +173,8 @@ class TrainingSystem:
                         type(exc).__name__)
         ray.kill(self.roles.controller, no_restart=True)
         self.roles.controller = ProfileControllerActor.options(
-            **actor_options(self.roles.plan, "controller", 0)).remote(self.roles.cfg)
+            **actor_options(self.roles.plan, "controller", 0)).remote(self.roles.scenario, self.roles.cfg.curriculum,
+                                                                     self.roles.cfg.seed)
         await answer_within(self.roles.controller.load_state_dict.remote(self.last_controller_state), timeout,
                             "the replacement profile controller")
         self.roles.restarts["controller"] = self.roles.restarts.get("controller", 0) + 1
