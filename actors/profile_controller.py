@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import ray
 
-from sead_ray.config import SeadConfig
+from sead_ray.config_schema import CurriculumConfig
 from sead_ray.controller import ProfileController
 from sead_ray.profiles import Profile
-from sead_ray.scenario import load_scenario
+from sead_ray.scenario import Scenario
 
 
 @ray.remote(num_cpus=0)
 class ProfileControllerActor:
-    def __init__(self, cfg: SeadConfig):
-        self.controller = ProfileController(load_scenario(cfg.resolve_path(cfg.scenario)), cfg.curriculum, cfg.seed)
+    def __init__(self, scenario: Scenario, curriculum: CurriculumConfig, seed: int):
+        self.controller = ProfileController(scenario, curriculum, seed)
 
     def sample(self, n: int) -> tuple[list[Profile], dict]:
         return self.controller.sample(n), self.controller.state_dict()

@@ -99,8 +99,6 @@ class RolloutRoles:
     agent_endpoint: Any = None     # an agent behind an OpenAI-compatible endpoint instead of engines
     restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user_sim": 0})
     # given the new engine of a restart, brings it to the policy being trained (None: the model on disk is it)
-    load_policy: Optional[Callable[[Any], Awaitable[Any]]] = None
-    load_user_policy: Optional[Callable[[Any], Awaitable[Any]]] = None   # the same for a trained simulator
 
     def engine_spec(self, role: str, model_path: str, seed: int, bind: str, name: str):
         spec = engine_spec_from_config(self.cfg, role, model_path, seed, bind)
@@ -199,7 +197,8 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.stats = StatsActor.options(max_restarts=3, max_task_retries=2, **actor_options(plan, "stats", 0)).remote(
             str(run_dir), scenario.schema, first_iteration=first_iteration)
     if with_controller:
-        roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(cfg)
+        roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(
+            scenario, cfg.curriculum, cfg.seed)
     return roles
 
 
@@ -234,19 +233,13 @@ def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
 
 
 async def restart_engine(roles: RolloutRoles, role: str, name: str) -> tuple[Any, dict]:
-    """A dead engine's replacement (role `agent` or `user_sim`) in the same bundle of its placement group,
-    brought to the policy being trained before its pool swaps it in (`roles.load_policy` /
-    `roles.load_user_policy`, pushing the trainer's weights; None: the model on disk is it)."""
-    if role == "agent":
-        pool, launch, load_policy = roles.agents, launch_agent, roles.load_policy
-    else:
-        pool, launch, load_policy = roles.users, lambda r, i: launch_user_sim(r, i)[1], roles.load_user_policy
+    """A dead engine's replacement (role `agent` or `user_sim`), started in the same bundle of its placement
+    group with the model on disk (a trained role brings it to its current weights: TrainedRole.restart)."""
+    pool, launch = (roles.agents, launch_agent) if role == "agent" else (roles.users, lambda r, i: launch_user_sim(r, i)[1])
     index = pool.info[name]["placement_index"]
     ray.kill(pool.actors[name], no_restart=True)   # dead already, or alive with a dead engine
     actor = launch(roles, index)
     info = await start_engine(roles.cfg, actor)
-    if load_policy is not None:
-        await load_policy(actor)
     roles.restarts[role] += 1
     return actor, {**info, "placement_index": index}
 
@@ -291,8 +284,6 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
         name, actor = launch_user_sim(roles, index)
         try:
             info = await start_engine(roles.cfg, actor)
-            if roles.load_user_policy is not None:   # a trained simulator: the new engine gets its weights
-                await roles.load_user_policy(actor)
         except Exception as exc:
             log.warning("user simulator %s failed to start (%s); keeping %d engine(s)", name, exc, len(pool.actors))
             ray.kill(actor, no_restart=True)

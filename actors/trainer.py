@@ -366,14 +366,13 @@ class TrainerGroup:
         return aggregate_step(results, time.perf_counter() - t0)
 
     def sync_weights(self, version: int, agents: Optional[Sequence[Any]] = None) -> SyncResult:
-        """Send the current weights as `version` to the agent engines: those given (a changed list, an
-        engine was replaced) or the ones of the previous sync."""
+        """Send the current weights as `version` to the role's engines: those given (a changed list, an
+        engine was replaced) or the ones of the previous sync. Both roles by the configured transport."""
         sync = self.cfg.weight_sync
-        # the simulator's engines take files or object-store buckets (vLLM's transfer API is set up for the agent's)
-        transport = sync.transport if self.role == "agent" or sync.transport == "shm" else "object_store"
         if agents is not None:
             self.agents = list(agents)
-        return self._request(SyncRequest(version, transport, sync.bucket_mb, self.cfg.agent.tensor_parallel_size,
+        tensor_parallel = (self.cfg.agent if self.role == "agent" else self.cfg.user_sim).tensor_parallel_size
+        return self._request(SyncRequest(version, sync.transport, sync.bucket_mb, tensor_parallel,
                                          None if agents is None else self.agents))[0]
 
     def save(self, directory: Path) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -19,6 +19,7 @@ from actors.routing import StickyRouter, actor_death_errors
 from actors.system import (
     RolloutRoles,
     rescale_user_pool,
+    restart_engine,
     shutdown_rollout_roles,
     start_rollout_roles,
     unshared_run_dir_nodes,
@@ -45,26 +46,62 @@ async def answer_within(ref: Any, timeout_s: float, what: str) -> Any:
 
 @dataclass
 class TrainedRole:
-    """A role whose model is trained: its engine pool, its trainer group, the version of the trainer's weights."""
+    """A role whose model is trained, and the whole trip of its weights: its engine pool, its trainer group
+    and the one version counter (each GRPO step makes the next version; `publish` sends it to every live
+    engine; an engine that dies is replaced and brought to the current version before it serves)."""
     name: str                 # agent, or user (user_sim.train)
     pool: StickyRouter
     trainer: Any
+    relaunch: Callable[[str], Awaitable[tuple]]   # a dead engine's replacement, with the model on disk
     version: int = 0
+
+    def __post_init__(self):
+        self.pool.restart_fn = self.restart
+
+    async def restart(self, name: str) -> tuple:
+        actor, info = await self.relaunch(name)
+        await self.push_to(actor)
+        return actor, info
+
+    async def publish(self) -> SyncResult:
+        """The trainer's weights, as the current version, to every live engine. An engine that died meanwhile
+        is replaced (and given this version by `restart`) and the sync is done again for the new list."""
+        await self.pool.settle()
+        try:
+            return await asyncio.to_thread(self.trainer.sync_weights, self.version, self._changed_engines())
+        except TrainerError as exc:
+            if not await self.pool.probe():
+                raise
+            log.warning("weight sync v%d failed on a dead %s engine: replacing it and syncing again (%s)",
+                        self.version, self.name, str(exc).splitlines()[0])
+        await self.pool.settle()
+        return await asyncio.to_thread(self.trainer.sync_weights, self.version, self._changed_engines())
+
+    async def push_to(self, engine: Any) -> SyncResult:
+        """A new engine: the current weights to it and to the other live engines (one transport group)."""
+        live = [self.pool.actors[n] for n in self.pool.alive]
+        result = await asyncio.to_thread(self.trainer.sync_weights, self.version, [*live, engine])
+        log.info("new %s engine serves policy v%d (%.1f s)", self.name, self.version, result.total_s)
+        return result
+
+    def _changed_engines(self) -> Optional[list]:
+        """The live engines when they differ from those of the trainer's last sync, else None."""
+        live = [self.pool.actors[n] for n in self.pool.alive]
+        return None if live == self.trainer.agents else live
 
 
 class TrainingSystem:
     """What the self-evolution loop drives: the rollout roles, the controller, the stats and the
-    trainer(s), behind plain async methods (sead_ray.loop.LoopSystem). Roles that die are replaced here:
-    an engine of a trained role gets its trainer's current weights before it serves (`push_policy`), the
-    profile controller continues from the state its last call returned."""
+    trained roles, behind plain async methods (sead_ray.loop.LoopSystem). Roles that die are replaced
+    here: the profile controller continues from the state its last call returned; an engine of a
+    trained role, by its TrainedRole."""
 
     def __init__(self, roles: RolloutRoles, trainer: Any, user_trainer: Any = None):
         self.roles = roles
-        self.trained = {"agent": TrainedRole("agent", roles.agents, trainer)}
-        roles.load_policy = partial(self.push_policy, role="agent")
+        self.trained = {"agent": TrainedRole("agent", roles.agents, trainer, partial(restart_engine, roles, "agent"))}
         if user_trainer is not None:
-            self.trained["user"] = TrainedRole("user", roles.users, user_trainer)
-            roles.load_user_policy = partial(self.push_policy, role="user")
+            self.trained["user"] = TrainedRole("user", roles.users, user_trainer,
+                                               partial(restart_engine, roles, "user_sim"))
         self.last_controller_state: dict = {}  # the controller's state after its last call
 
     @classmethod
@@ -119,7 +156,10 @@ class TrainingSystem:
         return len(self.roles.users.alive)
 
     async def rescale(self) -> Optional[dict]:
-        return await rescale_user_pool(self.roles)
+        change = await rescale_user_pool(self.roles)
+        if change and change["added"] and "user" in self.trained:   # the new engines serve the trained simulator
+            await self.trained["user"].publish()
+        return change
 
     # -- the profile controller, replaced from its last state if it dies
 
@@ -133,7 +173,8 @@ class TrainingSystem:
                         type(exc).__name__)
         ray.kill(self.roles.controller, no_restart=True)
         self.roles.controller = ProfileControllerActor.options(
-            **actor_options(self.roles.plan, "controller", 0)).remote(self.roles.cfg)
+            **actor_options(self.roles.plan, "controller", 0)).remote(self.roles.scenario, self.roles.cfg.curriculum,
+                                                                     self.roles.cfg.seed)
         await answer_within(self.roles.controller.load_state_dict.remote(self.last_controller_state), timeout,
                             "the replacement profile controller")
         self.roles.restarts["controller"] = self.roles.restarts.get("controller", 0) + 1
@@ -181,34 +222,13 @@ class TrainingSystem:
         trained.version += 1
         return metrics
 
-    async def broadcast_weights(self, version: int, role: str = "agent") -> SyncResult:
-        """The new weights to every engine of `role`. An engine that died meanwhile is replaced (and given
-        this version by `push_policy`) and the sync is done again for the new list of engines."""
-        trained = self.trained[role]
-        await trained.pool.settle()
-        try:
-            return await asyncio.to_thread(trained.trainer.sync_weights, version, self._changed_engines(trained))
-        except TrainerError as exc:
-            if not await trained.pool.probe():
-                raise
-            log.warning("weight sync v%d failed on a dead %s engine: replacing it and syncing again (%s)", version,
-                        role, str(exc).splitlines()[0])
-        await trained.pool.settle()
-        return await asyncio.to_thread(trained.trainer.sync_weights, version, self._changed_engines(trained))
+    async def publish(self, role: str = "agent") -> SyncResult:
+        """The version `role`'s last step made, to its engines."""
+        return await self.trained[role].publish()
 
-    @staticmethod
-    def _changed_engines(trained: TrainedRole) -> Optional[list]:
-        """The live engines when they differ from those of the trainer's last sync, else None."""
-        live = [trained.pool.actors[n] for n in trained.pool.alive]
-        return None if live == trained.trainer.agents else live
-
-    async def push_policy(self, engine: Any, role: str) -> SyncResult:
-        """A replacement engine of `role`: its trainer's current weights to it and to the other live engines."""
-        trained = self.trained[role]
-        live = [trained.pool.actors[n] for n in trained.pool.alive]
-        result = await asyncio.to_thread(trained.trainer.sync_weights, trained.version, [*live, engine])
-        log.info("replacement %s engine serves policy v%d (%.1f s)", role, trained.version, result.total_s)
-        return result
+    @property
+    def trained_roles(self) -> list[str]:
+        return list(self.trained)
 
     def save_weights(self, directory: Path) -> float:
         """Each trained model's checkpoint: the agent's in `directory`, the simulator's in `directory/user`."""

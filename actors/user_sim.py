@@ -1,4 +1,5 @@
-"""UserSimActor (the frozen user role-play model) and the pool router that spreads dialogues over them.
+"""UserSimActor (the user's role on an engine actor, actors.engine_actor: frozen, or trained with
+user_sim.train) and the pool router that spreads dialogues over them.
 
 Back-ends behind one interface, `respond(UserRequest) -> UserTurnOutput`:
 - `vllm`: a frozen LLM on a vLLM AsyncLLM engine, decoding under the JSON schema of a user turn;
@@ -7,52 +8,46 @@ Back-ends behind one interface, `respond(UserRequest) -> UserTurnOutput`:
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
 import ray
 
+from actors.engine_actor import EngineActor
 from actors.routing import EngineDeadError, StickyRouter, actor_death_errors
-from actors.vllm_engine import EngineSpec, VLLMEngine
-from actors.weight_sync import WeightHandle, apply_handle
-from sead_ray.dialogue import UserRequest, UserTurnOutput
+from actors.vllm_engine import EngineSpec
 from sead_ray.prompts.user import parse_user_output, user_output_schema, user_prompt_ids
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.scenario import Scenario
+from sead_ray.turn_protocol import UserRequest, UserTurnOutput
 
 log = logging.getLogger(__name__)
 
 
 @ray.remote
-class UserSimActor:
+class UserSimActor(EngineActor):
     def __init__(self, name: str, scenario: Scenario, backend: str, sampling: dict, *,
                  spec: Optional[EngineSpec] = None, rule: Optional[dict] = None, reply_max_chars: int = 300,
                  trained: bool = False, version: int = 0):
+        if backend != "rule" and spec is None:
+            raise ValueError("the vllm back-end needs an EngineSpec")
+        super().__init__(spec if backend != "rule" else None, version)
         self.name = name
-        self.trained, self.version = trained, version   # user_sim.train: return token ids; take new weights
+        self.trained = trained   # user_sim.train: return the token ids of each turn
         self.scenario = scenario
         self.backend = backend
         self.sampling = sampling
         self.turns = 0
         if backend == "rule":
             self.rule = RuleUserSimulator(scenario, **(rule or {}))
-            self.engine = None
         else:
-            if spec is None:
-                raise ValueError("the vllm back-end needs an EngineSpec")
-            self.spec = spec
-            self.engine = VLLMEngine(spec)
             self.schema = user_output_schema(scenario.schema, reply_max_chars)
 
     async def start(self) -> dict:
-        seconds = 0.0
         if self.engine is not None:
             from transformers import AutoTokenizer
             self.tokenizer = AutoTokenizer.from_pretrained(self.spec.model_path)
-            seconds = await self.engine.start()
-        return {"name": self.name, "startup_s": seconds, "pid": os.getpid(),
-                "node": ray.get_runtime_context().get_node_id()}
+        return {"name": self.name, **await super().start()}
 
     async def respond(self, req: UserRequest) -> UserTurnOutput:
         self.turns += 1
@@ -70,50 +65,16 @@ class UserSimActor:
             if self.engine.is_dead():
                 raise EngineDeadError(f"{self.name}: engine is dead ({type(exc).__name__})") from None
             raise
-        parsed = parse_user_output(gen.text, self.scenario.schema, req.current_state)
-        error = parsed.error
-        if gen.finish_reason == "length" and not parsed.ok:
-            error = f"cut off at max_tokens ({error})"
-        out = UserTurnOutput(parsed.reply, parsed.state, parsed.status, parsed.ok, raw=gen.text, error=error,
-                             engine=self.name, policy_version=self.version)
+        out = parse_user_output(gen.text, self.scenario.schema, req.current_state)
+        if gen.finish_reason == "length" and not out.ok:
+            out.error = f"cut off at max_tokens ({out.error})"
+        out.engine, out.policy_version = self.name, self.version
         if self.trained:
             out.prompt_ids, out.token_ids, out.logprobs = list(prompt), list(gen.token_ids), list(gen.logprobs)
         return out
 
-    async def apply_weights(self, handle: WeightHandle) -> dict:
-        """A new version of the simulator's weights (user_sim.train; shm or object_store transport)."""
-        tensors, seconds = await apply_handle(self.engine, handle)
-        self.version = handle.version
-        return {"tensors": tensors, "apply_s": seconds, "version": handle.version}
-
-    def set_version(self, version: int) -> None:
-        self.version = version
-
-    async def sleep(self) -> None:
-        if self.engine is not None:
-            await self.engine.sleep()
-
-    async def wake_up(self) -> None:
-        if self.engine is not None:
-            await self.engine.wake_up()
-
-    async def reset_prefix_cache(self) -> None:
-        """Forget cached prompt prefixes (benchmarks compare schedules from a cold cache)."""
-        if self.engine is not None:
-            await self.engine.reset_prefix_cache()
-
     def stats(self) -> dict:
         return {"name": self.name, "turns": self.turns, "version": self.version}
-
-    def engine_load(self, reset: bool = False) -> Optional[dict]:
-        """As AgentPolicyActor.engine_load; None for the rule simulator (no engine)."""
-        if self.engine is None:
-            return None
-        return self.engine.load.window(reset)
-
-    def shutdown(self) -> None:
-        if self.engine is not None:
-            self.engine.shutdown()
 
 
 class UserSimPool(StickyRouter):

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from sead_ray.trainer_protocol import WEIGHT_TRANSPORTS
+
 # Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine.
 WORKER_EXTENSION = "actors.vllm_engine.WeightReloadExtension"
 
@@ -286,15 +288,12 @@ class VLLMEngine:
             self.engine = None
 
 
-# weight_sync.transport values that go through vLLM's weight-transfer API (actors/weight_sync.py)
-VLLM_TRANSFER_BACKENDS = ("gloo", "nccl", "ipc")
-
-
 def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
     """The engine of `role` (agent_policy or user_sim): CUDA settings where the role has GPUs."""
     on_gpu = getattr(cfg.placement, role).gpus > 0
     transport = cfg.weight_sync.transport
     tensor_parallel = (cfg.agent if role == "agent_policy" else cfg.user_sim).tensor_parallel_size
+    trained = role == "agent_policy" or cfg.user_sim.train   # takes each new weight version from a trainer
     kv_cache_mb = cfg.engine.kv_cache_mb
     if kv_cache_mb == "auto":
         kv_cache_mb = engine_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
@@ -303,8 +302,7 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
                       block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
                       tensor_parallel_size=tensor_parallel,
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
-                      weight_transfer_backend=transport if role == "agent_policy" and transport in VLLM_TRANSFER_BACKENDS
-                      else "")
+                      weight_transfer_backend=transport if WEIGHT_TRANSPORTS[transport].vllm_api and trained else "")
 
 
 _kv_logged: set = set()

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any, Optional, Protocol
 
 from actors.weight_files import SharedWeightFile, discard, tensor_nbytes, write_private_weights
-from sead_ray.trainer_protocol import SyncResult
+from sead_ray.trainer_protocol import WEIGHT_TRANSPORTS, SyncResult
 
 log = logging.getLogger(__name__)
 
@@ -225,12 +225,14 @@ def _ipc_info(rank: int, world_size: int, bucket_mb: int):
     return IPCTrainerInitInfo(rank=rank)
 
 
-# backend -> builder of its trainer-side init info (vLLM picks the trainer engine from the info's class)
+# each transport of vLLM's API (WEIGHT_TRANSPORTS[name].vllm_api) -> the builder of its trainer-side init
+# info (vLLM picks the trainer engine from the info's class)
 VLLM_BACKENDS: dict[str, Callable[..., Any]] = {
     "gloo": _gloo_info,
     "nccl": _nccl_info,
     "ipc": _ipc_info,
 }
+assert set(VLLM_BACKENDS) == {name for name, needs in WEIGHT_TRANSPORTS.items() if needs.vllm_api}
 
 
 class VllmApiTransport:
@@ -303,14 +305,16 @@ def transport_placement_problem(cfg: Any, nodes: list[dict]) -> Optional[str]:
         return [f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})" for n in nodes
                 if all(n["Resources"].get(k, 0.0) >= v for k, v in need.items())]
     transport = cfg.weight_sync.transport
-    if transport == "shm":
-        candidates = sorted(set(hosts("trainer")) | set(hosts("agent_policy")))
+    needs = WEIGHT_TRANSPORTS[transport]
+    if needs.one_node and not needs.colocated:   # (colocated roles share their GPUs: one node by placement)
+        roles = ["trainer", "agent_policy"] + (["user_sim"] if cfg.user_sim.train else [])   # the engines trained
+        candidates = sorted(set().union(*(hosts(role) for role in roles)))
         if len(candidates) > 1:
             return (f"weight_sync.transport = shm needs the trainer's rank 0 and every agent engine on one node "
-                    f"(a file in /dev/shm), but roles trainer and agent_policy can land on {len(candidates)} nodes: "
-                    f"{', '.join(candidates)}. Use gloo or object_store across nodes, or pin both roles with "
+                    f"(a file in /dev/shm), but roles {' and '.join(roles)} can land on {len(candidates)} nodes: "
+                    f"{', '.join(candidates)}. Use gloo or object_store across nodes, or pin the roles with "
                     "placement.<role>.node_resource")
-    if transport in ("nccl", "ipc"):
+    if needs.cuda:
         gpus = sum(n["Resources"].get("GPU", 0.0) for n in nodes)
         if gpus == 0:
             return f"weight_sync.transport = {transport} needs CUDA GPUs, and no node of the cluster has one"

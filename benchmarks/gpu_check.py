@@ -172,7 +172,7 @@ def main(args) -> dict:
     def nccl():
         import torch.distributed as dist
 
-        from sead_ray.config import WeightSyncConfig
+        from sead_ray.config_schema import WeightSyncConfig
         from sead_ray.memory_plan import NCCL_COMMUNICATOR_BYTES
         backend = "nccl" if cuda else "gloo"
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

@@ -19,9 +19,9 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
-from .dialogue import AgentTurnOutput
 from .scenario import Scenario
 from .speech import NUMBER_WORDS, content_words
+from .turn_protocol import AgentTurnOutput
 
 HONEST = "honest"
 CLASSES = ("zero_content_ask", "open_loop_facts", "open_loop_facts2", "parrot", "parrot_ask", "lies",

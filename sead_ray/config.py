@@ -1,28 +1,26 @@
 """Typed run configuration loaded from one YAML file, with `--set a.b=c` overrides.
 
-Every key is a dataclass field; unknown keys, wrong types and out-of-range values raise
-ConfigError naming the key and the file, which the CLI turns into exit code 2.
+Every key is a dataclass field (sead_ray.config_schema); unknown keys, wrong types and out-of-range
+values raise ConfigError naming the key and the file, which the CLI turns into exit code 2; then the
+checks across keys.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Union
 
 import yaml
 
+from .config_schema import EMBEDDED_MODEL, ConfigError, SeadConfig
+
+__all__ = ["EMBEDDED_MODEL", "ConfigError", "SeadConfig", "config_to_dict", "dump_config", "load_config",
+           "parse_overrides", "yaml_problem"]
 from .jsonl import read_text
-
-EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
-
-
-class ConfigError(ValueError):
-    """A configuration or scenario file is invalid; the message names the key and the file."""
+from .trainer_protocol import WEIGHT_TRANSPORTS
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -31,241 +29,6 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return (f" at line {mark.line + 1}, column {mark.column + 1}" if mark else "") + f": {problem}"
 
-
-def _range(lo: float | None = None, hi: float | None = None, doc: str = "") -> dict:
-    return {"lo": lo, "hi": hi, "doc": doc}
-
-
-def _f(default: Any, lo: float | None = None, hi: float | None = None, doc: str = ""):
-    if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
-        # a fresh deep copy per instance (asdict would turn nested sections into plain dicts)
-        return field(default_factory=lambda d=default: copy.deepcopy(d), metadata=_range(lo, hi, doc))
-    return field(default=default, metadata=_range(lo, hi, doc))
-
-
-@dataclass
-class ModelsConfig:
-    agent: str = _f(EMBEDDED_MODEL, doc="agent policy model: HF folder, embedded:NAME or run checkpoint")
-    user: str = _f(EMBEDDED_MODEL, doc="frozen user role-play model (vllm back-end)")
-    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", doc="engine and trainer dtype")
-
-
-@dataclass
-class SamplingConfig:
-    temperature: float = _f(1.0, 0.0, 5.0)
-    top_p: float = _f(1.0, 0.0, 1.0)
-    max_tokens: int = _f(96, 1, 8192)
-
-    def as_params(self) -> dict:
-        """Keyword arguments of an engine's generate call."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
-
-
-@dataclass
-class DialogueConfig:
-    max_turns: int = _f(15, 1, 200, "T_max: agent turns before the call counts as a timeout")
-    agent_train: SamplingConfig = _f(SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=96))
-    # Evaluation decoding is explicit (the reference code sampled validation at 1.2 by accident).
-    agent_eval: SamplingConfig = _f(SamplingConfig(temperature=0.0, top_p=1.0, max_tokens=96))
-    user: SamplingConfig = _f(SamplingConfig(temperature=0.7, top_p=0.95, max_tokens=160))
-    user_retries: int = _f(2, 0, 10, "re-asks of the simulator when its reply does not parse")
-    error_replays: int = _f(2, 0, 10, "replays (same profile and seed) of a call that ended in error")
-    user_reply_max_chars: int = _f(300, 8, 4000, "longest spoken reply the simulator's JSON schema allows")
-    privileged_user_view: bool = _f(False, doc="training-time only: show the agent the simulator's state")
-    # Text the agent's turn starts with, placed after the generation prompt (a template token, never
-    # trained on): `{"reply": "` sets a small model on the JSON format without constraining decoding.
-    agent_prefill: str = _f('{"reply": "', doc="text every agent turn starts with (part of the prompt)")
-
-
-@dataclass
-class TrainConfig:
-    iterations: int = _f(3, 1, 100000)
-    batch_size: int = _f(8, 1, 100000, "B: profiles per iteration")
-    rollouts_per_profile: int = _f(1, 1, 64, "GRPO group size")
-    lr: float = _f(1e-6, 0.0, 1.0)
-    advantage_mode: Literal["batch_mean", "group_mean", "group_norm"] = _f("batch_mean")
-    success_reward: float = _f(1.0)
-    format_penalty: float = _f(0.0, 0.0, 10.0, "reward subtracted per agent turn that did not parse")
-    clip_eps: float = _f(0.2, 0.0, 10.0)
-    kl_coef: float = _f(0.0, 0.0, 10.0, "0 turns the KL term (and the reference model) off")
-    entropy_coef: float = _f(0.0, 0.0, 10.0)
-    grad_clip: float = _f(1.0, 0.0, 1e6)
-    ppo_epochs: int = _f(1, 1, 100)
-    micro_batch_size: int = _f(4, 1, 4096)
-    max_seq_len: int = _f(4096, 64, 1 << 20)
-    gradient_checkpointing: bool = _f(True, doc="recompute layer activations in backward (long calls fit in memory)")
-    eval_every: int = _f(0, 0, 100000, "evaluate greedily on a fixed held-out profile set every K iterations (0 = never)")
-    eval_profiles: int = _f(16, 1, 100000, "size of the held-out profile set (drawn once per run)")
-    checkpoint_every: int = _f(1, 0, 100000, "0 = only at the end (and on a stop or a failure)")
-    keep_checkpoints: int = _f(2, 0, 100000, "newest checkpoints kept on disk (0 = all)")
-
-
-@dataclass
-class CurriculumConfig:
-    mode: Literal["paper", "uniform", "marginal", "off"] = _f("paper")
-    n_max: int = _f(200, 1, 10**9, "N_max: draws of one initial state over a run")
-    smoothing: Literal["none", "beta"] = _f("none")
-    beta_prior: float = _f(2.0, 0.0, 1e6, "pseudo-dialogues of the Beta prior (mean 0.5)")
-    easy_above: float = _f(0.6, 0.0, 1.0)
-    hard_below: float = _f(0.4, 0.0, 1.0)
-    profile_sampling: bool = _f(True, doc="False = w/o PS: free-form profiles, no state grid")
-    user_set: str = _f("", doc="draw initial states from this user set of the scenario (user_sets), '' = all")
-    min_behaviors: int = _f(1, 0, 10)
-    max_behaviors: int = _f(3, 0, 10)
-
-
-@dataclass
-class RuleSimConfig:
-    accept_phrase: str = _f("", doc="planted preference: accept only after the agent says this")
-    patience: int = _f(6, 1, 100, "agent turns without progress before the rule user refuses")
-
-
-@dataclass
-class UserSimConfig:
-    backend: Literal["vllm", "rule"] = _f("vllm")
-    engines: Union[int, Literal["auto"]] = _f(1, doc="engines in the pool, or auto (one per rollout unit)")
-    rule: RuleSimConfig = _f(RuleSimConfig())
-    tensor_parallel_size: int = _f(1, 1, 64, "GPUs per user-simulator engine")
-    max_restarts: int = _f(3, 0, 1000, "restarts of each engine that dies (in its bundle, while calls wait)")
-    max_step: int = _f(1, 0, 100, "most levels a state dimension moves per turn (0 = unbounded)")
-    status_guards: bool = _f(True, doc="apply the scenario's user.status_guards (false: the simulator alone decides)")
-    train: bool = _f(False, doc="train the simulator too, against the agent (the paper's train-URM ablation): a second "
-                     "trainer group, GRPO on its turns with the opposite reward, weights to its engines by shm or "
-                     "object_store; needs backend vllm")
-
-
-@dataclass
-class EngineConfig:
-    kv_cache_mb: Union[int, Literal["auto"]] = _f(512, 16, 1 << 22, "KV cache per engine in MB, or auto: room for "
-                                                  "max_num_seqs calls at their longest (CPU: at most a quarter of "
-                                                  "the free memory, shared by the engines), logged at start")
-    max_num_seqs: int = _f(64, 1, 4096)
-    block_size: int = _f(0, 0, 1024, "KV-cache block in tokens (a multiple of 32 on CPU, 16 on CUDA): the prefix "
-                         "cache reuses whole blocks, so smaller blocks reuse more of prompts that share a beginning; "
-                         "0 = vLLM's default (128 on CPU, 16 on CUDA)")
-    max_model_len: int = _f(4096, 128, 1 << 20)
-    # CPU engines pin their OpenMP threads; vLLM's `auto` puts every engine on core 0, so `spread`
-    # gives engine i core i mod (cores of its node); `nobind` leaves threads unpinned.
-    cpu_bind: Literal["spread", "auto", "nobind"] = _f("spread")
-    start_timeout_s: float = _f(1800.0, 1.0, 86400.0, "an engine start-up (model load, KV cache) taking longer fails")
-    request_timeout_s: float = _f(600.0, 1.0, 86400.0, "an agent or simulator turn taking longer counts its engine "
-                                  "as hung: the engine is replaced and the call played again")
-
-
-@dataclass
-class RayConfig:
-    address: str = _f("", doc="Ray cluster address; empty = $RAY_ADDRESS or a new local cluster")
-    num_cpus: int = _f(0, 0, 1 << 16, "CPUs of a new local cluster (0 = all cores)")
-    dashboard: bool = _f(True, doc="start the Ray dashboard with a new local cluster")
-    call_timeout_s: float = _f(300.0, 1.0, 86400.0, "a call to the profile controller or the stats actor taking "
-                               "longer fails the run (after a checkpoint of the last completed iteration)")
-
-
-@dataclass
-class RoleResources:
-    cpus: float = _f(1.0, 0.0, 1024)
-    gpus: float = _f(0.0, 0.0, 64)
-    node_resource: str = _f("", doc="custom resource the role must land on, e.g. rollout")
-
-
-@dataclass
-class PlacementConfig:
-    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = _f("PACK")
-    controller: RoleResources = _f(RoleResources(cpus=0.05))
-    stats: RoleResources = _f(RoleResources(cpus=0.05))
-    agent_policy: RoleResources = _f(RoleResources(cpus=0.5))
-    user_sim: RoleResources = _f(RoleResources(cpus=0.5))
-    trainer: RoleResources = _f(RoleResources(cpus=0.5))
-    timeout_s: float = _f(60.0, 1.0, 86400.0, "fail fast when placement cannot be satisfied")
-    colocate: bool = _f(False, doc="trainer and engines share the GPUs: engines sleep while the trainer steps")
-    gpu_memory_gib: float = _f(0.0, 0.0, 4096.0, "memory of one GPU in GiB as torch reports it (A100 80 GB: 79.2, "
-                               "A100 40 GB: 39.4, H100 80 GB: 79.1); 0 = this machine's GPU where it has one. "
-                               "`sead-ray plan` refuses a config that does not fit it")
-
-
-@dataclass
-class TrainerConfig:
-    num_workers: int = _f(2, 1, 4096)
-    zero_stage: int = _f(3, 0, 3)
-    threads_per_worker: int = _f(0, 0, 1024, "torch threads of each trainer worker; 0 = as many as its bundle's "
-                                 "whole CPUs (at least 1). The engines idle while the trainer steps, so one CPU "
-                                 "worker can use every core with a small bundle")
-    backend: Literal["auto", "gloo", "nccl"] = _f("auto")
-    offload_optimizer: bool = _f(False, doc="DeepSpeed ZeRO-Offload: Adam's states, the fp32 master weights and the "
-                                 "gradient shards live in CPU memory and the optimizer steps there (GPU memory for "
-                                 "long calls of large models, for a slower step)")
-    timeout_s: float = _f(7200.0, 10.0, 7 * 86400.0, "a GRPO step, weight sync or save taking longer fails the run "
-                          "(a hung rank or collective), after which the last completed iteration is checkpointed")
-
-
-@dataclass
-class WeightSyncConfig:
-    # shm/object_store: files or object-store buckets reloaded by each engine; gloo/nccl/ipc: vLLM's
-    # weight-transfer API (gloo on CPU, nccl between GPUs, ipc when colocated on the same GPUs).
-    transport: Literal["shm", "object_store", "gloo", "nccl", "ipc"] = _f("shm")
-    bucket_mb: int = _f(64, 1, 1 << 16, "object-store bucket / packed NCCL buffer size")
-
-
-@dataclass
-class AgentConfig:
-    engines: int = _f(1, 1, 1024, "agent engines; each dialogue sticks to one, every one gets each weight version")
-    tensor_parallel_size: int = _f(1, 1, 64, "GPUs per agent engine")
-    max_restarts: int = _f(3, 0, 1000, "restarts of each engine that dies (in its bundle, given the current "
-                           "policy before it serves; its calls are played again)")
-
-
-@dataclass
-class EndpointConfig:
-    """Agents behind OpenAI-compatible endpoints (`openai:MODEL@URL`, sead_ray/endpoint.py)."""
-    api_key_env: str = _f("OPENAI_API_KEY", doc="environment variable holding the endpoints' API key "
-                          "(SEAD_RAY_API_KEY for a `sead-ray serve`)")
-    api_key_env_by_host: dict[str, str] = _f({}, doc="per host, another variable, e.g. {api.deepseek.com: "
-                                              "DEEPSEEK_API_KEY} (compare API models of several providers)")
-    timeout_s: float = _f(120.0, 1.0, 3600.0, "per request")
-    max_concurrency: int = _f(16, 1, 4096, "requests in flight to one endpoint")
-
-
-@dataclass
-class CostConfig:
-    """Prices for the cost column of `compare`, keyed by agent reference or endpoint model name."""
-    usd_per_mtok_in: dict[str, float] = _f({}, doc="USD per million prompt tokens, e.g. {gpt-4o: 2.5}")
-    usd_per_mtok_out: dict[str, float] = _f({}, doc="USD per million completion tokens, e.g. {gpt-4o: 10.0}")
-
-    def price(self, model: str) -> Optional[tuple[float, float]]:
-        if model not in self.usd_per_mtok_in and model not in self.usd_per_mtok_out:
-            return None
-        return self.usd_per_mtok_in.get(model, 0.0), self.usd_per_mtok_out.get(model, 0.0)
-
-
-@dataclass
-class SeadConfig:
-    seed: int = _f(0, 0, 2**32 - 1)
-    scenario: str = _f("scenarios/restaurant_promotion.yaml", doc="path, relative to the config file")
-    output_dir: str = _f("runs", doc="parent folder of run directories")
-    models: ModelsConfig = _f(ModelsConfig())
-    dialogue: DialogueConfig = _f(DialogueConfig())
-    train: TrainConfig = _f(TrainConfig())
-    curriculum: CurriculumConfig = _f(CurriculumConfig())
-    user_sim: UserSimConfig = _f(UserSimConfig())
-    agent: AgentConfig = _f(AgentConfig())
-    engine: EngineConfig = _f(EngineConfig())
-    placement: PlacementConfig = _f(PlacementConfig())
-    trainer: TrainerConfig = _f(TrainerConfig())
-    weight_sync: WeightSyncConfig = _f(WeightSyncConfig())
-    ray: RayConfig = _f(RayConfig())
-    endpoint: EndpointConfig = _f(EndpointConfig())
-    cost: CostConfig = _f(CostConfig())
-    # Where the file came from; relative paths inside it resolve against this folder.
-    source: str = field(default="<defaults>", metadata=_range(doc="internal"))
-
-    def resolve_path(self, value: str) -> Path:
-        p = Path(value).expanduser()
-        if p.is_absolute() or self.source == "<defaults>":
-            return p
-        return (Path(self.source).parent / p).resolve()
-
-
-# --------------------------------------------------------------------------- loading
 
 def _check_scalar(value: Any, tp: Any, key: str, where: str) -> Any:
     origin = typing.get_origin(tp)
@@ -385,10 +148,68 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         raise ConfigError(f"{where}: unknown key 'source' (it is set by the loader)")
     cfg = _build(SeadConfig, tree, "", where + (" (with --set overrides)" if overrides else ""))
     cfg.source = str(Path(path).resolve()) if path is not None else "<defaults>"
-    from .config_checks import cross_checks  # (imports this module)
     cross_checks(cfg, where)
     return cfg
 
+
+# --------------------------------------------------------------------------- checks across keys
+
+def cross_checks(cfg: SeadConfig, where: str) -> None:
+    cur = cfg.curriculum
+    if cur.hard_below > cur.easy_above:
+        raise ConfigError(f"{where}: curriculum.hard_below ({cur.hard_below}) must not exceed "
+                          f"curriculum.easy_above ({cur.easy_above})")
+    if cur.min_behaviors > cur.max_behaviors:
+        raise ConfigError(f"{where}: curriculum.min_behaviors ({cur.min_behaviors}) must not exceed "
+                          f"curriculum.max_behaviors ({cur.max_behaviors})")
+    if isinstance(cfg.user_sim.engines, int) and cfg.user_sim.engines < 1:
+        raise ConfigError(f"{where}: user_sim.engines must be >= 1 or 'auto', got {cfg.user_sim.engines}")
+    for table in ("usd_per_mtok_in", "usd_per_mtok_out"):
+        negative = {m: v for m, v in getattr(cfg.cost, table).items() if v < 0}
+        if negative:
+            raise ConfigError(f"{where}: cost.{table}: prices must be >= 0, got {negative}")
+    if cfg.user_sim.train and cfg.user_sim.backend != "vllm":
+        raise ConfigError(f"{where}: user_sim.train = true trains the simulator's model: it needs user_sim.backend = "
+                          f"vllm (got {cfg.user_sim.backend})")
+    if cfg.user_sim.train and cfg.placement.colocate:
+        raise ConfigError(f"{where}: user_sim.train = true needs placement.colocate = false (the simulator's trainer "
+                          "has GPUs of its own)")
+    # vLLM's attention kernels take blocks of a multiple of 32 tokens on CPU, of 16 on CUDA
+    on_cpu = cfg.placement.agent_policy.gpus == 0 or (cfg.user_sim.backend == "vllm" and cfg.placement.user_sim.gpus == 0)
+    if cfg.engine.block_size % (32 if on_cpu else 16):
+        raise ConfigError(f"{where}: engine.block_size must be a multiple of {32 if on_cpu else 16} with engines on "
+                          f"{'CPU' if on_cpu else 'CUDA'} (or 0 for vLLM's default), got {cfg.engine.block_size}")
+    _check_engines(cfg, where)
+    _check_transport(cfg, where)
+
+
+def _check_engines(cfg: SeadConfig, where: str) -> None:
+    """An engine with tensor parallelism T needs T GPUs in its bundle (vLLM starts T workers there)."""
+    for role, tp in (("agent_policy", cfg.agent.tensor_parallel_size), ("user_sim", cfg.user_sim.tensor_parallel_size)):
+        gpus = getattr(cfg.placement, role).gpus
+        if (gpus > 0 or tp > 1) and gpus != tp:
+            section = "agent" if role == "agent_policy" else "user_sim"
+            raise ConfigError(f"{where}: {section}.tensor_parallel_size = {tp} needs placement.{role}.gpus = {tp} "
+                              f"(got {gpus:g})")
+
+
+def _check_transport(cfg: SeadConfig, where: str) -> None:
+    """What the config alone says about the weight transport (the cluster is checked at start)."""
+    transport, p = cfg.weight_sync.transport, cfg.placement
+    needs = WEIGHT_TRANSPORTS[transport]
+    if needs.cuda and not (p.trainer.gpus > 0 and p.agent_policy.gpus > 0):
+        raise ConfigError(f"{where}: weight_sync.transport = {transport} needs CUDA on both ends, but "
+                          f"placement.trainer.gpus = {p.trainer.gpus:g} and placement.agent_policy.gpus = "
+                          f"{p.agent_policy.gpus:g}; use gloo, object_store or shm on CPU")
+    if needs.colocated and not p.colocate:
+        raise ConfigError(f"{where}: weight_sync.transport = ipc shares GPU memory between the trainer and the agent "
+                          "engines on the same GPUs: it needs placement.colocate = true (else use nccl)")
+    if p.colocate and needs.colocated is False and p.agent_policy.gpus > 0:
+        raise ConfigError(f"{where}: placement.colocate = true on GPUs moves weights over CUDA IPC: set "
+                          f"weight_sync.transport = ipc (got {transport})")
+
+
+# --------------------------------------------------------------------------- writing
 
 def config_to_dict(cfg: SeadConfig) -> dict:
     """The config as plain data, loadable again: paths made absolute, the loader's `source` dropped."""

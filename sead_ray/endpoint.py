@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .dialogue import AgentTurnOutput
 from .models import ModelError
 from .prompts.agent import parse_agent_output
 from .serving import OWNER, agent_turn_text
+from .turn_protocol import AgentTurnOutput
 
 PREFIX = "openai:"
 

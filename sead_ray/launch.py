@@ -110,11 +110,34 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     return {**summary, "iterations": loop.done.iteration, "checkpoint": str(checkpoint) if checkpoint else None}
 
 
+def evaluation_fingerprint(cfg: SeadConfig, scenario: Scenario, agent_model: str, profiles: Sequence[Profile]) -> str:
+    """What an evaluation's calls depend on: the settings, the profiles and the agent's weights (a run's
+    latest checkpoint as it is now). Endpoints have no weights to name: their fingerprint never repeats."""
+    import hashlib
+
+    from .config import config_to_dict
+    from .endpoint import endpoint_ref
+    if endpoint_ref(agent_model):
+        return f"endpoint {time.time_ns()}"
+    weights = agent_model if agent_model.startswith("script:") else str(resolve_model(agent_model).resolve())
+    text = json.dumps([config_to_dict(cfg), weights, [p.to_json(scenario.schema) for p in profiles]], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def evaluated_before(out_dir: Path, fingerprint: str) -> bool:
+    """`out_dir` already holds this evaluation, complete (its summary is written last)."""
+    try:
+        return json.loads((Path(out_dir) / "summary.json").read_text()).get("fingerprint") == fingerprint
+    except (OSError, ValueError):
+        return False
+
+
 async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profiles: Sequence[Profile],
                    out_dir: Path, profile_source: str) -> dict:
     """Run the agent against the frozen simulator on a fixed profile set; write dialogues + summary."""
     from actors.system import shutdown_rollout_roles, start_rollout_roles
 
+    fingerprint = evaluation_fingerprint(cfg, scenario, agent_model, profiles)
     out_dir = Path(out_dir).resolve()   # actors may run in other working directories
     out_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out_dir / "config.yaml")
@@ -133,7 +156,7 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
     summary = {**m.headline(), "metrics": m.to_json(), **extra, "agent": agent_model,
                "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
                "profiles": profile_source, "decoding": cfg.dialogue.agent_eval.as_params(),
-               "user_decoding": cfg.dialogue.user.as_params(), "seed": cfg.seed}
+               "user_decoding": cfg.dialogue.user.as_params(), "seed": cfg.seed, "fingerprint": fingerprint}
     by_set = {}
     for name in sorted({r["profile"].get("user_set") for r in records} - {None}):
         by_set[name] = compute_metrics([r for r in records if r["profile"].get("user_set") == name],
@@ -180,7 +203,10 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
 
     async def play_all() -> None:   # one event loop for all agents: the actors' handles live in it
         for label, ref, folder in runs:
-            await evaluate(cfg, scenario, ref, profiles, folder, source)
+            if evaluated_before(folder, evaluation_fingerprint(cfg, scenario, ref, profiles)):
+                log.info("%s: evaluated before with the same weights, settings and profiles: kept (%s)", label, folder)
+            else:
+                await evaluate(cfg, scenario, ref, profiles, folder, source)
             records[label] = read_dialogues(folder / "dialogues.jsonl", scenario.schema)
         for label, _, folder in runs if judge else ():
             raws = await judge_dialogues(cfg, scenario, records[label], judge, max_tokens=160)

@@ -2,7 +2,7 @@
 
     1. sample_profiles     the Profile Controller draws B initial states + behaviors (curriculum)
     2. play_dialogues      one asyncio task per call against the frozen user simulator
-    3. learn               GRPO advantages -> one update on the trainer -> weights to the agent engines
+    3. learn               per trained role: GRPO advantages -> one update on its trainer -> weights to its engines
     4. analyse_mistakes    completion rate per initial state -> the next sampling weights
 
 Each phase returns a record; `run()` plays iterations and saves checkpoints. Stopping (Ctrl-C,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
@@ -45,8 +45,10 @@ class LoopSystem(Protocol):
     async def sample_profiles(self, n: int) -> list[Profile]: ...
     async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict: ...
     async def controller_state(self) -> dict: ...
+    @property
+    def trained_roles(self) -> list[str]: ...   # "agent", and "user" with user_sim.train
     async def grpo_step(self, samples: list[Sample], role: str = "agent") -> StepMetrics: ...
-    async def broadcast_weights(self, version: int, role: str = "agent") -> SyncResult: ...
+    async def publish(self, role: str = "agent") -> SyncResult: ...   # the version the role's last step made
     def save_weights(self, directory: Path) -> Any: ...
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict: ...
@@ -89,6 +91,23 @@ def user_samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[f
     return samples
 
 
+def agent_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]:
+    """The agent's outcome reward per call, less its format penalty."""
+    return [trajectory_reward(t.success, t.agent_parse_failures, train.success_reward, train.format_penalty)
+            for t in trajectories]
+
+
+def simulator_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]:
+    """user_sim.train (the paper's train-URM ablation): the opposite of the agent's outcome reward (the agent's
+    format penalty is not the simulator's doing)."""
+    return [-train.success_reward * t.success for t in trajectories]
+
+
+# What each trained role learns from a batch of calls: its reward per call, and its samples.
+LEARNERS: dict[str, tuple[Callable, Callable]] = {"agent": (agent_rewards, samples_from),
+                                                  "user": (simulator_rewards, user_samples_from)}
+
+
 class SelfEvolutionLoop:
     def __init__(self, cfg: SeadConfig, scenario: Scenario, system: LoopSystem, run_dir: Path,
                  start: TrainState, saved: bool, held_out: Sequence[Profile] = ()):
@@ -114,44 +133,35 @@ class SelfEvolutionLoop:
         return Dialogues(rollout, write_dialogues(path, rollout, self.scenario))
 
     async def learn(self, iteration: int, dialogues: Dialogues) -> Learning:
-        train, trajs = self.cfg.train, dialogues.rollout.played
+        trajs = dialogues.rollout.played
         if dialogues.rollout.errors:
             log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
                         iteration, dialogues.rollout.errors)
-        rewards = [trajectory_reward(t.success, t.agent_parse_failures, train.success_reward, train.format_penalty)
-                   for t in trajs]
+        self.weights_ahead = True
+        learned = {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
+        learned["agent"].user = learned.get("user")
+        return learned["agent"]
+
+    async def learn_role(self, role: str, iteration: int, trajs: Sequence[Trajectory]) -> Learning:
+        """One GRPO update of `role`'s model on this iteration's calls, then its new weights to its engines."""
+        train = self.cfg.train
+        rewards_of, samples_of = LEARNERS[role]
+        rewards = rewards_of(trajs, train)
         advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
         if advantages and all(a == 0 for a in advantages):
-            log.warning("iter %d: all advantages are 0 (no reward differences within the %s baseline, CR %d/%d): "
-                        "the policy-gradient term of this step is 0", iteration, train.advantage_mode,
+            log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): "
+                        "the policy-gradient term of this step is 0", iteration, role, train.advantage_mode,
                         sum(t.success for t in trajs), len(trajs))
-        samples = samples_from(trajs, advantages, train.max_seq_len)
-        log.info("iter %d GRPO: %d trajectories, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration,
+        samples = samples_of(trajs, advantages, train.max_seq_len)
+        log.info("iter %d %s GRPO: %d samples, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration, role,
                  len(samples), sum(len(x.token_ids) for x in samples), sum(sum(x.loss_mask) for x in samples),
                  self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)
-        self.weights_ahead = True
-        step = await self.system.grpo_step(samples)
-        version = self.done.policy_version + 1
-        sync = await self.system.broadcast_weights(version)
-        log.info("iter %d GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> agent engine in %.1f s (%s)",
-                 iteration, step.step_s, step.loss, step.grad_norm or 0.0, version, sync.total_s,
+        step = await self.system.grpo_step(samples, role)
+        sync = await self.system.publish(role)
+        log.info("iter %d %s GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> %s engines in %.1f s (%s)",
+                 iteration, role, step.step_s, step.loss, step.grad_norm or 0.0, sync.version, role, sync.total_s,
                  self.cfg.weight_sync.transport)
-        user = await self.learn_user(iteration, trajs) if self.cfg.user_sim.train else None
-        return Learning(rewards, step, sync, version, user)
-
-    async def learn_user(self, iteration: int, trajs: Sequence[Trajectory]) -> Learning:
-        """user_sim.train (the paper's train-URM ablation): the simulator is trained against the agent, with
-        the opposite of the agent's outcome reward (the agent's format penalty is not the simulator's doing)."""
-        train = self.cfg.train
-        rewards = [-train.success_reward * t.success for t in trajs]
-        advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
-        samples = user_samples_from(trajs, advantages, train.max_seq_len)
-        step = await self.system.grpo_step(samples, role="user")
-        version = self.done.user_policy_version + 1
-        sync = await self.system.broadcast_weights(version, role="user")
-        log.info("iter %d simulator GRPO step %.0f s over %d turns (loss %.4f); weights v%d -> simulator engines",
-                 iteration, step.step_s, len(samples), step.loss, version)
-        return Learning(rewards, step, sync, version)
+        return Learning(rewards, step, sync, sync.version)
 
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
         snapshot = await self.system.update_curriculum((t.profile.state, t.success) for t in dialogues.rollout.played)

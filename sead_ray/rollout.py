@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from .config import SamplingConfig, SeadConfig
-from .dialogue import AgentTurnOutput, Trajectory, UserRequest, UserTurnOutput, run_dialogue, turn_seed
+from .config_schema import SamplingConfig, SeadConfig
+from .dialogue import Trajectory, run_dialogue
 from .jsonl import write_jsonl
 from .profiles import Profile
 from .prompts.agent import agent_messages
 from .scenario import Scenario
 from .tokens import IncrementalChatEncoder
+from .turn_protocol import AgentTurnOutput, UserRequest, UserTurnOutput, turn_seed
 
 log = logging.getLogger(__name__)
 

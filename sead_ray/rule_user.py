@@ -46,9 +46,9 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from .concerns import RuleUserSpec
-from .dialogue import UserRequest, UserTurnOutput
 from .scenario import Scenario
 from .speech import TurnReading, content_words, read_turn
+from .turn_protocol import UserRequest, UserTurnOutput
 
 IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
 

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .battery import CLASSES, HONEST, STRICT, ScriptAgent
-from .dialogue import UserRequest, UserTurnOutput, apply_simulator_rules, run_dialogue, turn_seed
+from .dialogue import apply_simulator_rules, run_dialogue
 from .profiles import Profile
 from .scenario import Scenario
 from .significance import wilson_interval
 from .sim_rules import StatusGuard
 from .speech import content_words
 from .state import State, StateSchema
+from .turn_protocol import UserRequest, UserTurnOutput, turn_seed
 
 GRADES = ("fact", "small_talk", "off_topic", "early_close", "red_flag")
 # Generic texts: no domain word, no decision word (the test checks them on a second scenario).

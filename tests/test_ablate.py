@@ -1,5 +1,6 @@
 """`sead-ray ablate`: variants as config overrides, checked before any training; end to end on the tiny
-model (each variant trained by `sead-ray train`, then compared); a second run keeps what was done."""
+model (each variant trained by `sead-ray train`, then compared); a second run keeps what was done, the
+comparison's calls included."""
 import json
 import subprocess
 import sys
@@ -61,3 +62,6 @@ def test_ablate_trains_each_variant_compares_them_and_resumes(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "nothing to do" in again.stderr and (run / "metrics.jsonl").read_text() == metrics_before
+    # nor played again: the same weights, settings and profiles keep their calls
+    assert again.stderr.count("evaluated before with the same weights") == 2, again.stderr[-3000:]
+    assert json.loads((tmp_path / "ab" / "compare" / "compare.json").read_text()) == rows

@@ -3,11 +3,12 @@ import json
 
 import pytest
 
-from sead_ray.dialogue import AgentTurnOutput, UserTurnOutput, run_dialogue
+from sead_ray.dialogue import run_dialogue
 from sead_ray.metrics import compute_metrics
 from sead_ray.profiles import Profile
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.tokens import IncrementalChatEncoder
+from sead_ray.turn_protocol import AgentTurnOutput, UserTurnOutput
 
 GOOD = [   # an honest call for the default profile (an owner asking about a deposit), as the rule user v2 hears it
     "Hello, this is Lin, an account manager at your local-services platform. Your restaurant qualifies for a free "

@@ -3,7 +3,7 @@ ZeRO-1 on 2 CPU workers, so that one rank can be killed): roles are killed mid-i
 on, or fail keeping its last completed iteration and resume from it. Each assertion says what would have been lost.
 
 The driver SIGKILL case is tests/test_resume.py; a user engine killed in a pool of one is
-tests/test_user_restart.py; a rank that raises is tests/test_trainer.py (last test)."""
+tests/test_rollout.py (last test); a rank that raises is tests/test_trainer.py (last test)."""
 import asyncio
 import json
 import os
@@ -45,12 +45,12 @@ def _dialogues(run_dir, iteration):
     return [json.loads(line) for line in (run_dir / "dialogues" / f"iter_{iteration:04d}.jsonl").read_text().splitlines()]
 
 
-def _train_while(inject, cfg, scenario, run_dir):
+def _train_while(inject, cfg, scenario, run_dir, resume=False):
     """`launch.train` with the fault injector `inject()` running beside it; the run's summary (or its error)."""
     async def run():
         injector = asyncio.ensure_future(inject())
         try:
-            return await launch.train(cfg, scenario, run_dir)
+            return await launch.train(cfg, scenario, run_dir, resume=resume)
         finally:
             await injector
     return asyncio.run(run())
@@ -109,52 +109,44 @@ def test_a_run_survives_its_agent_engine_controller_and_stats_actor_dying(ray_cl
         assert sum(s["draws"] for s in states) == calls, "the replacement controller lost or redid a draw"
 
 
-def test_a_killed_trainer_worker_keeps_the_last_iteration_and_resume_completes_the_run(ray_cluster, scenario,
-                                                                                      tmp_path, captured_system):
-    from sead_ray.trainer_protocol import TrainerError
-    cfg = tiny_config(*SETTINGS)
-    run_dir = tmp_path / "run"
-
-    async def inject():
-        await _until(lambda: captured_system)
-        system = captured_system[0]
-        # during iteration 2's GRPO step: its dialogues are written, the trainer is stepping
-        await _until(lambda: (run_dir / "dialogues" / "iter_0002.jsonl").exists())
-        await asyncio.sleep(0.3)
-        os.kill(system.trainer.ready[1].pid, signal.SIGKILL)
-
-    with pytest.raises(TrainerError):
-        _train_while(inject, cfg, scenario, run_dir)
-    assert (run_dir / "checkpoints" / "latest").resolve().name == "iter_0001", "iteration 1's checkpoint is lost"
-
-    summary = asyncio.run(launch.train(cfg, scenario, run_dir, resume=True))
-    assert summary["iterations"] == 3
-    _assert_complete_run(run_dir, 4)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root (CI runs as root)")
-def test_a_disk_that_fills_during_a_checkpoint_keeps_the_previous_one(ray_cluster, scenario, tmp_path,
-                                                                      captured_system):
+def test_a_killed_trainer_worker_then_a_full_disk_keep_the_last_iteration_and_resume_completes_the_run(
+        ray_cluster, scenario, tmp_path, captured_system):
+    """One run, two faults: a trainer worker killed during iteration 2's step (the run stops, iteration 1's
+    checkpoint stays), then, resumed, a disk that fills during iteration 3's checkpoint (the run stops,
+    iteration 2's checkpoint stays, the partial one is removed); resumed again with room, it completes."""
     from sead_ray.checkpoint import CheckpointError
+    from sead_ray.trainer_protocol import TrainerError
     cfg = tiny_config(*SETTINGS)
     run_dir = tmp_path / "run"
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(checkpoints)], check=True)
     try:
-        async def inject():
-            # once iteration 1's checkpoint is complete, the disk keeps only 1 MiB more room
-            await _until(lambda: (checkpoints / "latest").exists())
+        async def kill_a_rank():
+            await _until(lambda: captured_system)
+            # during iteration 2's GRPO step: its dialogues are written, the trainer is stepping
+            await _until(lambda: (run_dir / "dialogues" / "iter_0002.jsonl").exists())
+            await asyncio.sleep(0.3)
+            os.kill(captured_system[-1].trainer.ready[1].pid, signal.SIGKILL)
+
+        with pytest.raises(TrainerError):
+            _train_while(kill_a_rank, cfg, scenario, run_dir)
+        assert (checkpoints / "latest").resolve().name == "iter_0001", "iteration 1's checkpoint is lost"
+
+        async def fill_the_disk():
+            # once iteration 2's checkpoint is complete, the disk keeps only 1 MiB more room
+            await _until(lambda: (checkpoints / "latest").resolve().name == "iter_0002")
             used_kb = int(subprocess.run(["df", "--output=used", "-k", str(checkpoints)], capture_output=True,
                                          text=True, check=True).stdout.split()[-1])
             subprocess.run(["mount", "-o", f"remount,size={used_kb + 1024}k", str(checkpoints)], check=True)
 
         with pytest.raises(CheckpointError) as failure:
-            _train_while(inject, cfg, scenario, run_dir)
+            _train_while(fill_the_disk, cfg, scenario, run_dir, resume=True)
         message = str(failure.value)
-        assert "iteration 2" in message and "iter_0001" in message and "No space left" in message, message
-        assert (checkpoints / "latest").resolve().name == "iter_0001", "the last complete checkpoint is lost"
-        assert not (checkpoints / "iter_0002").exists(), "the partial checkpoint still holds the disk's space"
+        assert "iteration 3" in message and "iter_0002" in message and "No space left" in message, message
+        assert (checkpoints / "latest").resolve().name == "iter_0002", "the last complete checkpoint is lost"
+        assert not (checkpoints / "iter_0003").exists(), "the partial checkpoint still holds the disk's space"
 
         subprocess.run(["mount", "-o", "remount,size=512m", str(checkpoints)], check=True)   # space freed
         summary = asyncio.run(launch.train(cfg, scenario, run_dir, resume=True))

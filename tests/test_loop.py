@@ -9,12 +9,12 @@ import numpy as np
 
 from sead_ray.checkpoint import TrainState
 from sead_ray.controller import ProfileController
-from sead_ray.dialogue import AgentTurnOutput
 from sead_ray.loop import SelfEvolutionLoop
 from sead_ray.profiles import sample_profiles
 from sead_ray.rollout import RolloutEndpoints, run_dialogues
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.trainer_protocol import StepMetrics, SyncResult
+from sead_ray.turn_protocol import AgentTurnOutput
 from tests.conftest import tiny_config
 
 REPLY = 'It is free, 700 yuan, no deposit."}'
@@ -77,7 +77,7 @@ class FakeLoopSystem:
     def __init__(self, cfg, scenario, endpoints):
         self.controller = ProfileController(scenario, cfg.curriculum, cfg.seed)
         self._endpoints, self.user_engines = endpoints, 1
-        self.trained, self.outcomes, self.rows = [], [], []
+        self.trained, self.outcomes, self.rows, self.version = [], [], [], 0
 
     def endpoints(self):
         return self._endpoints
@@ -96,13 +96,16 @@ class FakeLoopSystem:
     async def controller_state(self):
         return self.controller.state_dict()
 
-    async def grpo_step(self, samples):
+    trained_roles = ["agent"]
+
+    async def grpo_step(self, samples, role):
         self.trained.append(samples)
+        self.version += 1
         return StepMetrics(0.0, 0.0, 0.0, 0.0, 0.0, None, sum(sum(s.loss_mask) for s in samples), 0.0, 0.0, 0.0, 0.0,
                            0.0)
 
-    async def broadcast_weights(self, version):
-        return SyncResult(version, 1.0, None, 0.0, 0.0)
+    async def publish(self, role):
+        return SyncResult(self.version, 1.0, None, 0.0, 0.0)
 
     def save_weights(self, directory):
         directory.mkdir(parents=True, exist_ok=True)
@@ -154,11 +157,11 @@ def test_no_checkpoint_pairs_new_weights_with_an_unfinished_iteration(scenario, 
     cfg = tiny_config("train.batch_size=2", "train.iterations=3", "train.checkpoint_every=0")
     system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
 
-    async def broadcast_fails(version):
-        if version == 2:
+    async def publish_fails(role):
+        if system.version == 2:
             raise RuntimeError("agent engine unreachable")
-        return SyncResult(version, 1.0, None, 0.0, 0.0)
-    system.broadcast_weights = broadcast_fails
+        return SyncResult(system.version, 1.0, None, 0.0, 0.0)
+    system.publish = publish_fails
     loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict(), 0),
                              saved=False)
     try:

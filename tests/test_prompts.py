@@ -170,9 +170,9 @@ def test_the_simulator_writes_its_state_then_its_decision_then_its_words(schema)
 
 
 def test_without_profile_sampling_the_simulator_never_sees_a_sampled_state(scenario, smollm_tokenizer):
-    from sead_ray.dialogue import UserRequest
     from sead_ray.profiles import Profile
     from sead_ray.prompts.user import user_prompt_ids
+    from sead_ray.turn_protocol import UserRequest
     sampled_state = "cooperation 4/4"    # how the system prompt shows a starting state
     free = Profile((4, 3, 5), ("Asks if a deposit is required",), free_form=True)
     first = UserRequest("d", 0, free, ["Hello."], [], seed=1)

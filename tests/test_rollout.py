@@ -120,9 +120,9 @@ def test_weight_update_changes_and_restores_greedy_output(roles, tmp_path):
     assert greedy() == before
 
 
-def test_killing_a_user_engine_mid_run_loses_no_dialogue(ray_cluster, roles, scenario):
+def test_killing_user_engines_mid_run_loses_no_dialogue(ray_cluster, roles, scenario):
     """Runs last in this module: it kills one of the module's two user-simulator engines; the pool retries
-    its turns on the other and restarts it in its bundle."""
+    its turns on the other and restarts it in its bundle. Then it kills both."""
     import ray
 
     async def scenario_run():
@@ -143,4 +143,22 @@ def test_killing_a_user_engine_mid_run_loses_no_dialogue(ray_cluster, roles, sce
     assert roles.health()["user_sim"]["restarts"] == 1
     again = asyncio.run(_play(roles, _profiles(scenario, 4, seed=6), iteration=3))   # the replacement serves
     assert all(t.end_reason != "error" for t in again.trajectories)
+
+    # then every engine of the pool dies mid-run: with none left alive, the calls wait for the replacements
+    # instead of ending in error (the case of a pool of one)
+    async def all_die():
+        task = asyncio.ensure_future(_play(roles, _profiles(scenario, 6, seed=9), iteration=4))
+        while not all(roles.users.in_flight[n] for n in ("user-sim-0", "user-sim-1")) and not task.done():
+            await asyncio.sleep(0.05)
+        for name in ("user-sim-0", "user-sim-1"):
+            ray.kill(roles.users.actors[name], no_restart=True)
+        result = await task
+        await roles.users.settle()
+        return result
+    retried = report["retried_turns"]
+    result = asyncio.run(all_die())
+    assert [t.error for t in result.trajectories if t.end_reason == "error"] == []
+    report = roles.users.report()
+    assert report["restarts"] == {"user-sim-0": 2, "user-sim-1": 1} and report["alive"] == 2, report
+    assert report["retried_turns"] > retried, report
 

@@ -5,11 +5,11 @@ import pytest
 import yaml
 
 from sead_ray.config import ConfigError
-from sead_ray.dialogue import UserRequest
 from sead_ray.profiles import Profile
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.scenario import load_scenario
 from sead_ray.speech import pressure_in, read_turn
+from sead_ray.turn_protocol import UserRequest
 from tests.conftest import ROOT, SCENARIO
 from tests.test_scenario import _base, _write
 

@@ -89,10 +89,10 @@ def test_a_second_domain_gets_no_word_of_the_first(smollm_tokenizer):
     the restaurant promotion's domain words: they all come from the scenario file."""
     import re
 
-    from sead_ray.dialogue import UserRequest
     from sead_ray.profiles import Profile
     from sead_ray.prompts import agent_messages
     from sead_ray.prompts.user import user_prompt_ids
+    from sead_ray.turn_protocol import UserRequest
     charity = load_scenario(ROOT / "configs" / "scenarios" / "charity_donation.yaml")
     profile = Profile((1, 1, 1), (charity.behaviors[0].text,))
     agent = agent_messages(charity, ["Who is this?"], ['{"reply": "Hi, Maya from Open Pages."}'],

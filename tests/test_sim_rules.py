@@ -3,10 +3,10 @@ and endings coherent with its own state (the scenario's status guards); every co
 import pytest
 
 from sead_ray.config import ConfigError
-from sead_ray.dialogue import UserTurnOutput
 from sead_ray.profiles import Profile
 from sead_ray.scenario import load_scenario
 from sead_ray.sim_rules import StatusGuard, enforce_simulator_rules
+from sead_ray.turn_protocol import UserTurnOutput
 from tests.test_dialogue import GOOD, play, scripted_agent
 from tests.test_scenario import _base, _write
 

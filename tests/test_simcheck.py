@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from sead_ray.config import CurriculumConfig
+from sead_ray.config_schema import CurriculumConfig
 from sead_ray.controller import ProfileController
-from sead_ray.dialogue import UserRequest, UserTurnOutput
 from sead_ray.profiles import Profile
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.scenario import load_scenario
 from sead_ray.simcheck import GRADES, Rules, best_fact, greeting, run_simcheck, scripted_turn, write_outputs
 from sead_ray.speech import content_words
+from sead_ray.turn_protocol import UserRequest, UserTurnOutput
 from tests.conftest import EMBEDDED_CONFIG, ROOT
 
 CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"

@@ -1,7 +1,7 @@
 """The paper's train-URM ablation on real parts (`user_sim.train`): a second trainer group (Ray Train +
-DeepSpeed ZeRO-1, 2 CPU workers) trains the LLM simulator on its own turns with the opposite reward and
-sends its weights to the simulator engines; checkpoints hold both models and a resumed run continues
-both."""
+DeepSpeed) trains the LLM simulator on its own turns with the opposite reward and sends its weights to
+the simulator engines by the same path as the agent's (TrainedRole.publish, vLLM's transfer API over
+gloo); checkpoints hold both models and a resumed run continues both."""
 import asyncio
 import json
 
@@ -29,8 +29,9 @@ def _user_versions(run_dir, iteration):
 @pytest.mark.slow
 def test_the_simulator_is_trained_against_the_agent_and_resumes(ray_cluster, scenario, tmp_path):
     from sead_ray.models import resolve_model
-    settings = ("user_sim.train=true", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
-                "train.checkpoint_every=1", "train.keep_checkpoints=0")
+    # gloo: both models' weights through vLLM's weight-transfer API, the simulator's as the agent's
+    settings = ("user_sim.train=true", "weight_sync.transport=gloo", "train.batch_size=4", "train.micro_batch_size=2",
+                "train.lr=1e-3", "train.checkpoint_every=1", "train.keep_checkpoints=0")
     run_dir = tmp_path / "run"
     summary = asyncio.run(launch.train(tiny_config(*settings, "train.iterations=2"), scenario, run_dir))
     assert summary["iterations"] == 2
@@ -55,8 +56,9 @@ def test_the_simulator_is_trained_against_the_agent_and_resumes(ray_cluster, sce
 
 
 def test_simulator_samples_train_only_the_simulators_tokens():
-    from sead_ray.dialogue import Trajectory, UserTurnOutput
+    from sead_ray.dialogue import Trajectory
     from sead_ray.profiles import Profile
+    from sead_ray.turn_protocol import UserTurnOutput
     turn = UserTurnOutput("hi", (1,), "continue", True, prompt_ids=[5, 6, 7], token_ids=[8, 9], logprobs=[-0.5, -0.25])
     traj = Trajectory("d", Profile((1,), ()), [], "failure", "refuse", user_turns=[turn, turn])
     samples = user_samples_from([traj], [0.75], max_seq_len=4)

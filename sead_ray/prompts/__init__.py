@@ -4,9 +4,9 @@ The same renderer serves training and evaluation, so the agent never sees two pr
 """
 from .agent import AgentTurnParse, agent_messages, agent_system_prompt, parse_agent_output
 from .parsing import extract_json_object
-from .user import UserTurnParse, parse_user_output, user_messages, user_output_schema
+from .user import parse_user_output, user_messages, user_output_schema
 
 __all__ = [
     "AgentTurnParse", "agent_messages", "agent_system_prompt", "parse_agent_output",
-    "extract_json_object", "UserTurnParse", "parse_user_output", "user_messages", "user_output_schema",
+    "extract_json_object", "parse_user_output", "user_messages", "user_output_schema",
 ]

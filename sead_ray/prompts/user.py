@@ -7,26 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from ..scenario import USER_STATUSES, Scenario
 from ..state import State, StateSchema
+from ..turn_protocol import UserRequest, UserTurnOutput
 from .parsing import extract_json_object
 
-if TYPE_CHECKING:
-    from ..dialogue import UserRequest
-
 REPLY_MAX_CHARS = 300
-
-
-@dataclass
-class UserTurnParse:
-    reply: str
-    state: Optional[State]
-    status: str
-    ok: bool
-    error: Optional[str] = None
 
 
 def user_output_schema(schema: StateSchema, reply_max_chars: int = REPLY_MAX_CHARS) -> dict:
@@ -122,18 +110,19 @@ def user_prompt_ids(tokenizer: Any, scenario: Scenario, request: UserRequest, bu
         agent, user, states = agent[1:], user[1:], states[1:]
 
 
-def parse_user_output(text: str, schema: StateSchema, previous_state: State) -> UserTurnParse:
-    """Reply, new state and status from the simulator's output. Never raises.
+def parse_user_output(text: str, schema: StateSchema, previous_state: State) -> UserTurnOutput:
+    """Reply, new state and status from the simulator's output (`raw`: the text itself). Never raises.
 
     Missing or out-of-range dimensions keep/clamp the previous level (ok=False if missing); an unknown
     status is an error (ok=False) and reads as `continue`.
     """
-    obj = extract_json_object(text or "")
+    text = text or ""
+    obj = extract_json_object(text)
     if obj is None:
-        return UserTurnParse("", None, "continue", False, "no JSON object in the simulator's output")
+        return UserTurnOutput("", None, "continue", False, text, "no JSON object in the simulator's output")
     reply = obj.get("reply")
     if not isinstance(reply, str) or not reply.strip():
-        return UserTurnParse("", None, "continue", False, "missing 'reply'")
+        return UserTurnOutput("", None, "continue", False, text, "missing 'reply'")
     errors = []
     merged = dict(schema.to_dict(previous_state))
     source = obj.get("state") if isinstance(obj.get("state"), dict) else obj
@@ -152,4 +141,4 @@ def parse_user_output(text: str, schema: StateSchema, previous_state: State) -> 
     if status not in USER_STATUSES:
         errors.append(f"unknown status {obj.get('status')!r}")
         status = "continue"
-    return UserTurnParse(reply.strip(), state, status, not errors, "; ".join(errors) or None)
+    return UserTurnOutput(reply.strip(), state, status, not errors, text, "; ".join(errors) or None)

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..dialogue import AgentTurnOutput, Trajectory, Turn, turn_seed
+from ..dialogue import Trajectory, Turn
 from ..profiles import Profile
 from ..prompts.agent import agent_messages, parse_agent_output
+from ..turn_protocol import AgentTurnOutput, turn_seed
 from .files import ViewError
 
 STATUSES = ("continue", "accept", "refuse", "hangup")

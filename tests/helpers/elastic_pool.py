@@ -17,8 +17,8 @@ import numpy as np
 
 def _turns(roles, scenario, n: int, tag: str) -> list[str]:
     """Play one user turn of `n` fresh dialogues through the pool; the engines that served them."""
-    from sead_ray.dialogue import UserRequest
     from sead_ray.profiles import sample_profiles
+    from sead_ray.turn_protocol import UserRequest
     profiles = sample_profiles(scenario, n, np.random.default_rng(0), n_max=200)
 
     async def one(i, p):

