@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from .checkpoint import TrainState, latest_checkpoint, load_train_state, truncate_metrics
 from .config import SeadConfig, dump_config
@@ -240,6 +240,15 @@ async def simulator_pool(cfg: SeadConfig, scenario: Scenario, use: Callable[[Cal
         return await use(roles.endpoints().users.respond)
     finally:
         await shutdown_rollout_roles(roles)
+
+
+def local_agent_engine(cfg: SeadConfig, model_path: str) -> Any:
+    """An agent engine in this process, not an actor (nothing sends it weights): `sead-ray view`'s talk page."""
+    from actors.vllm_engine import VLLMEngine, engine_spec_from_config
+    on_gpu = cfg.placement.agent_policy.gpus > 0
+    spec = engine_spec_from_config(cfg, "agent_policy", model_path, cfg.seed, omp_threads_bind="" if on_gpu else "nobind")
+    spec.weight_transfer_backend = ""
+    return VLLMEngine(spec)
 
 
 def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, port: int, api_key: str,

@@ -32,12 +32,8 @@ class LocalEngineAgent:
     def __init__(self, cfg: Any, model_path: str):
         from transformers import AutoTokenizer
 
-        from actors.vllm_engine import VLLMEngine, engine_spec_from_config
-        on_gpu = cfg.placement.agent_policy.gpus > 0
-        spec = engine_spec_from_config(cfg, "agent_policy", model_path, cfg.seed,
-                                       omp_threads_bind="" if on_gpu else "nobind")
-        spec.weight_transfer_backend = ""   # nothing sends weights here
-        self.engine = VLLMEngine(spec)
+        from ..launch import local_agent_engine
+        self.engine = local_agent_engine(cfg, model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.prefill = cfg.dialogue.agent_prefill
         self.encoders: dict[str, Any] = {}
