@@ -67,12 +67,16 @@ def _sees(path: str) -> bool:
 
 def unshared_run_dir_nodes(run_dir: Path) -> list[str]:
     """The alive nodes that do not see `run_dir` (the stats actor and the trainer's rank 0 may land on
-    any node and write there): a marker file is written here and looked for from a task on each node."""
+    any node and write there): a marker file is written here and looked for from a task on each other
+    node (none on a one-node cluster)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    here = ray.get_runtime_context().get_node_id()
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
+    if not nodes:
+        return []
     marker = Path(run_dir) / f".sead-shared-check-{os.getpid()}"
     marker.write_text("")
     try:
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
         sees = ray.remote(num_cpus=0)(_sees)
         seen = ray.get([sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                         .remote(str(marker)) for n in nodes], timeout=120)
