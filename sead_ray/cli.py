@@ -185,7 +185,7 @@ def cmd_train(args) -> int:
     import ray
 
     from .checkpoint import RunDirectoryBusy, latest_checkpoint, run_dir_lock
-    from .launch import connect, train
+    from .launch import train
 
     if args.resume:
         run_dir = Path(args.resume)
@@ -206,8 +206,7 @@ def cmd_train(args) -> int:
             raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
                              f"`sead-ray train --resume {run_dir}` or choose another --out")
     try:
-        with run_dir_lock(run_dir):      # before Ray and any engine start
-            connect(cfg)
+        with run_dir_lock(run_dir):      # before Ray and any engine start (launch.train connects)
             try:
                 summary = asyncio.run(train(cfg, scenario, run_dir, resume=bool(args.resume)))
             finally:

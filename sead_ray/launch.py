@@ -80,6 +80,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
         log.info("%s already finished its %d iterations: nothing to do", run_dir, cfg.train.iterations)
         return {**summary, "iterations": cfg.train.iterations, "checkpoint": str(checkpoint)}
 
+    connect(cfg)   # (nothing above needs Ray: a finished run answers without starting it)
     held_out = held_out_profiles(cfg, scenario, run_dir) if cfg.train.eval_every else []
     # user_sim.train: the simulator resumes from its own weights in the checkpoint
     user_model = str(checkpoint / "user" / "hf") if checkpoint is not None and cfg.user_sim.train else None
@@ -201,11 +202,14 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
     records: dict = {}
     judged: dict = {}
 
+    kept = {label for label, ref, folder in runs
+            if evaluated_before(folder, evaluation_fingerprint(cfg, scenario, ref, profiles))}
+    for label in kept:
+        log.info("%s: evaluated before with the same weights, settings and profiles: its calls are kept", label)
+
     async def play_all() -> None:   # one event loop for all agents: the actors' handles live in it
         for label, ref, folder in runs:
-            if evaluated_before(folder, evaluation_fingerprint(cfg, scenario, ref, profiles)):
-                log.info("%s: evaluated before with the same weights, settings and profiles: kept (%s)", label, folder)
-            else:
+            if label not in kept:
                 await evaluate(cfg, scenario, ref, profiles, folder, source)
             records[label] = read_dialogues(folder / "dialogues.jsonl", scenario.schema)
         for label, _, folder in runs if judge else ():
@@ -213,7 +217,8 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
             (folder / "judge").mkdir(exist_ok=True)
             judged[label] = write_judgements(folder / "judge", records[label], raws, judge,
                                              str(folder / "dialogues.jsonl"))
-    connect(cfg)
+    if len(kept) < len(runs) or judge:
+        connect(cfg)
     try:
         asyncio.run(play_all())
     finally:
