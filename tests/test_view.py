@@ -330,6 +330,28 @@ def test_talk_page_two_exchanges_saved_as_a_dialogue_record(viewer, page, shot):
 
 
 @pytest.mark.slow
+def test_talk_with_the_runs_latest_checkpoint_on_a_local_engine(viewer):
+    import httpx
+
+    from sead_ray.checkpoint import latest_checkpoint, load_train_state
+    from sead_ray.metrics import read_dialogues
+    folder, url = viewer
+    client = httpx.Client(base_url=url, headers={"origin": url}, timeout=300)
+    talk = client.post("/api/talk", json={"config": "run", "agent": "run:run"})   # starts a vLLM engine (~20 s)
+    assert talk.status_code == 200, talk.text
+    sid = talk.json()["id"]
+    for text in ("Who is calling?", "What's the catch?"):
+        answer = client.post(f"/api/talk/{sid}/say", json={"text": text})
+        assert answer.status_code == 200, answer.text
+    saved = client.post(f"/api/talk/{sid}/save", json={}).json()["path"]
+    record = read_dialogues(folder / saved)[0]
+    version = load_train_state(latest_checkpoint(folder / "run")).policy_version
+    assert [t["user"] for t in record["turns"]] == ["Who is calling?", "What's the catch?", None]
+    assert record["policy_versions"] == [version] == [4] and record["agent"] == "run:run"
+    assert all(t["agent_tokens"] > 0 and t["agent_raw"].startswith(PREFILL) for t in record["turns"])
+
+
+@pytest.mark.slow
 def test_a_path_out_of_the_folder_is_refused(viewer, page):
     import urllib.error
     import urllib.request

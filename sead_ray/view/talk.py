@@ -29,13 +29,14 @@ MAX_SESSIONS = 32
 class LocalEngineAgent:
     """A local model on a vLLM engine in this process, prompted token-exactly as in training."""
 
-    def __init__(self, cfg: Any, model_path: str):
+    def __init__(self, cfg: Any, model_path: str, policy_version: int = 0):
         from transformers import AutoTokenizer
 
         from ..launch import local_agent_engine
         self.engine = local_agent_engine(cfg, model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.prefill = cfg.dialogue.agent_prefill
+        self.policy_version = policy_version   # a run's checkpoint: the version its weights are
         self.encoders: dict[str, Any] = {}
         self.started = False
 
@@ -57,8 +58,9 @@ class LocalEngineAgent:
         out = await self.engine.generate(encoder.prompt_ids(), temperature=temperature, top_p=top_p,
                                          max_tokens=max_tokens, seed=seed, request_id=request_id or None)
         encoder.add_generation(out.token_ids, out.logprobs)
-        return AgentTurnOutput(self.prefill + out.text, list(out.token_ids), list(out.logprobs),
-                               finish_reason=out.finish_reason)
+        return AgentTurnOutput(self.prefill + out.text, list(out.token_ids), list(out.logprobs), self.policy_version,
+                               out.finish_reason, prompt_tokens=out.prompt_tokens,
+                               completion_tokens=len(out.token_ids))   # as the rollout's agent pool reports them
 
     def release(self, dialogue_id: str) -> None:
         self.encoders.pop(dialogue_id, None)
@@ -124,6 +126,7 @@ class Talks:
 
     async def _agent(self, ref: str, cfg: Any, scenario: Any) -> Any:
         from ..battery import ScriptAgent, script_class
+        from ..checkpoint import latest_checkpoint, load_train_state
         from ..endpoint import EndpointAgent, endpoint_client, endpoint_ref
         from ..models import ModelError, resolve_model
         try:
@@ -135,17 +138,27 @@ class Talks:
                 agent = EndpointAgent(endpoint_client(cfg, endpoint), scenario)
                 await agent.start()
                 return agent
+            version = 0
             if ref.startswith("run:"):   # a run of the viewed folder: its latest checkpoint
-                path = str(resolve_model(str(self.views.folder.path(ref[4:])), prepare=False))
+                run = self.views.folder.path(ref[4:])
+                checkpoint = latest_checkpoint(run)
+                if checkpoint is None:
+                    raise ViewError(f"{ref[4:] or '.'}: no checkpoint yet to talk with", 400)
+                path = str(resolve_model(str(checkpoint), prepare=False))
+                version = load_train_state(checkpoint).policy_version
             else:
                 path = str(resolve_model(ref, prepare=False))
         except (ModelError, ValueError) as exc:
             raise ViewError(str(exc), 400) from None
         async with self.lock:
             if path not in self.engines:
-                self.engines[path] = LocalEngineAgent(cfg, path)
+                self.engines[path] = LocalEngineAgent(cfg, path, version)
             engine = self.engines[path]
-            await engine.start()
+            try:
+                await engine.start()
+            except Exception as exc:   # said on the page; the next try starts afresh
+                del self.engines[path]
+                raise ViewError(f"the local engine for {path} did not start: {exc}", 500) from None
         return engine
 
     async def start(self, config_dir: str, ref: str, state: Optional[dict], behaviors: list[str]) -> dict:

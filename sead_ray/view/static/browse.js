@@ -37,7 +37,7 @@ SV.allDialogueFiles = function () {
 SV.pages.dialogues = async function (main, params) {
   const files = SV.allDialogueFiles();
   const file = params.file || (files.find(([f]) => f.includes("iter_")) || files[0] || [null])[0];
-  if (!file) { main.replaceChildren(SV.h("p", {}, "No dialogues file in this folder.")); return; }
+  if (!file) { SV.put(main, SV.h("p", {}, "No dialogues file in this folder.")); return; }
   const filters = Object.fromEntries(SV.FILTERS.map((k) => [k, params[k] || ""]));
   const offset = Number(params.offset || 0), limit = 50;
   const d = await SV.api(`/api/dialogues?${SV.q({ file, ...filters, offset, limit })}`);
@@ -59,7 +59,7 @@ SV.pages.dialogues = async function (main, params) {
     h("button", { class: "secondary", disabled: offset === 0 ? "disabled" : null, onclick: () => go({ offset: Math.max(0, offset - limit) }) }, "‹ previous"),
     h("span", { "data-testid": "matched" }, d.matched ? `calls ${offset + 1}–${Math.min(offset + limit, d.matched)} of ${d.matched} matching (${d.total} in the file)` : `no call of ${d.total} matches`),
     h("button", { class: "secondary", disabled: offset + limit >= d.matched ? "disabled" : null, onclick: () => go({ offset: offset + limit }) }, "next ›"));
-  main.replaceChildren(h("h2", {}, "Dialogues"), controls, SV.problemsNote(file, d.problems), pager,
+  SV.put(main, h("h2", {}, "Dialogues"), controls, SV.problemsNote(file, d.problems), pager,
     d.rows.length ? SV.callTable(d) : null);
 };
 
@@ -115,7 +115,7 @@ SV.pages.call = async function (main, params) {
     h("a", { href: SV.link("dialogues", { file: d.file }) }, "all calls of this file"), " ",
     i + 1 < d.total ? h("a", { href: SV.link("call", { file: d.file, index: i + 1 }) }, "next call ›") : null);
   const same = h("div", { "data-testid": "same-profile" }, h("span", { class: "muted" }, "looking for this profile elsewhere…"));
-  main.replaceChildren(h("h2", {}, `Call ${rec.dialogue_id || "#" + i}`), nav,
+  SV.put(main, h("h2", {}, `Call ${rec.dialogue_id || "#" + i}`), nav,
     h("div", { class: "card" },
       h("div", {}, SV.badge(rec.outcome || "?"), " ended by ", h("b", { "data-testid": "end-reason" }, rec.end_reason),
         ` after ${rec.turns.length} agent turn(s) · reward ${SV.fmt(d.reward)} · ${rec.agent_tokens ?? "?"} agent tokens · `,
@@ -126,9 +126,9 @@ SV.pages.call = async function (main, params) {
     h("div", { class: "row" }, charts), h("h3", {}, "The call (spoken words only)"), h("div", { class: "chat" }, turns),
     h("h3", {}, "The same profile elsewhere (before / after)"), same);
   SV.api(`/api/same_profile?${SV.q({ file: d.file, index: i })}`).then((rows) => {
-    same.replaceChildren(rows.length ? h("ul", {}, rows.map((r) => h("li", {},
+    SV.put(same, rows.length ? h("ul", {}, rows.map((r) => h("li", {},
       h("a", { href: SV.link("call", { file: r.file, index: r.index }) }, `${r.file} #${r.index}`), " ", SV.badge(r.outcome || "?"), ` ${r.end_reason}`)))
       : h("p", { class: "muted" }, "No other call of this profile (initial state, behaviours, user set) in this folder."),
     h("a", { href: SV.link("dialogues", { file: d.file, profile: d.summary.profile }) }, "this profile in this file"));
-  }).catch((e) => same.replaceChildren(SV.error(e.message)));
+  }).catch((e) => SV.put(same, SV.error(e.message)));
 };

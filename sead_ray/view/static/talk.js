@@ -6,7 +6,7 @@ SV.pages.compare = async function (main, params) {
   const h = SV.h, list = SV.folder.compares;
   const path = params.path ?? (list.length ? list[0] : null);
   if (path === null) {
-    main.replaceChildren(h("h2", {}, "Compare"), h("p", {}, "No comparison here: `sead-ray compare` and `sead-ray ablate` write compare.json."));
+    SV.put(main, h("h2", {}, "Compare"), h("p", {}, "No comparison here: `sead-ray compare` and `sead-ray ablate` write compare.json."));
     return;
   }
   const c = await SV.api(`/api/compare?${SV.q({ path })}`);
@@ -30,7 +30,7 @@ SV.pages.compare = async function (main, params) {
     h("td", { class: "num" }, x.index), h("td", {}, x.state || "–"), h("td", {}, x.agent),
     h("td", {}, h("a", { href: SV.link("call", { file: x.first, index: x.index }) }, "first agent"), " ", SV.badge(x.first_outcome)),
     h("td", {}, h("a", { href: SV.link("call", { file: x.other, index: x.index }) }, "this agent"), " ", SV.badge(x.outcome))));
-  main.replaceChildren(h("h2", {}, "Compare"),
+  SV.put(main, h("h2", {}, "Compare"),
     list.length > 1 ? h("div", { class: "controls" }, SV.select("comparison", "path", list.map((p) => [p, SV.sourceLabel(p)]), path, (v) => SV.go("compare", { path: v }))) : null,
     h("p", { class: "muted" }, c.title),
     h("table", { "data-testid": "compare" }, h("tr", {}, ["agent", split ? "user set" : null, "n", "errors", "CR [95 % CI]", "", "ATT ± std", "UPA",
@@ -55,15 +55,15 @@ SV.pages.talk = async function (main) {
   const area = h("div", { "data-testid": "talk" });
   const start = h("button", { "data-testid": "start", onclick: async () => {
     start.disabled = true;
-    area.replaceChildren(h("p", { class: "muted" }, "calling… (a local engine takes a minute to start the first time)"));
+    SV.put(area, h("p", { class: "muted" }, "calling… (a local engine takes a minute to start the first time)"));
     const ref = agent.value === "other" ? other.value.trim() : agent.value;
     try {
       const s = await SV.api("/api/talk", { config: config.value, agent: ref, behaviors: behaviors.value.split(";").map((b) => b.trim()).filter(Boolean) });
       SV.talkView(area, s);
-    } catch (e) { area.replaceChildren(SV.error(e.message)); }
+    } catch (e) { SV.put(area, SV.error(e.message)); }
     start.disabled = false;
   } }, "Call me");
-  main.replaceChildren(h("h2", {}, "Talk to the agent"),
+  SV.put(main, h("h2", {}, "Talk to the agent"),
     h("p", { class: "muted" }, "You are the callee. The agent hears only your words; after each reply set your own state (it is recorded as the " +
       "callee's state, beside the agent's estimate), and end the call when you decide. Saved calls go to talks/ in this folder, as dialogue records."),
     h("div", { class: "controls" }, h("label", {}, "scenario and settings of", config), h("label", {}, "agent", agent), h("label", {}, "model reference", other),
@@ -87,8 +87,8 @@ SV.talkView = function (area, s) {
     try {
       const r = await SV.api(`/api/talk/${s.id}/save`, {});
       SV.folder = null;   // the talks folder changed
-      saved.replaceChildren("saved as ", h("a", { href: SV.link("call", { file: r.path, index: 0 }), "data-testid": "saved-path" }, r.path));
-    } catch (e) { saved.replaceChildren(SV.error(e.message)); }
+      SV.put(saved, "saved as ", h("a", { href: SV.link("call", { file: r.path, index: 0 }), "data-testid": "saved-path" }, r.path));
+    } catch (e) { SV.put(saved, SV.error(e.message)); }
   } }, "Save this call");
   const saved = h("span", { "data-testid": "saved" });
   if (!s.over) {
@@ -111,5 +111,5 @@ SV.talkView = function (area, s) {
     out.push(h("p", { "data-testid": "over" }, `The call is over (${s.status === "continue" ? "turn limit" : s.status}).`));
   }
   out.push(h("p", {}, save, " ", saved));
-  area.replaceChildren(...out);
+  SV.put(area, ...out);
 };

@@ -20,6 +20,8 @@ SV.s = function (tag, attrs, ...children) {   // SVG
   for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
   return el;
 };
+SV.put = (el, ...kids) =>   // replace an element's children; nulls (optional parts) are left out, arrays flattened
+  el.replaceChildren(...kids.flat(Infinity).filter((k) => k !== null && k !== undefined && k !== false));
 SV.api = async function (url, body) {
   const opts = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
   const r = await fetch(url, opts);
@@ -96,7 +98,7 @@ SV.render = async function () {
   const { page, params } = SV.route();
   document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
   const main = document.getElementById("main");
-  main.replaceChildren(SV.h("p", { class: "muted" }, "loading…"));
+  SV.put(main, SV.h("p", { class: "muted" }, "loading…"));
   try {
     if (!SV.folder) SV.folder = await SV.api("/api/folder");
     document.getElementById("root").textContent = SV.folder.root;
@@ -104,7 +106,7 @@ SV.render = async function () {
     if (!fn) throw new Error(`no page ${page}`);
     await fn(main, params);
   } catch (e) {
-    main.replaceChildren(SV.error(e.message));
+    SV.put(main, SV.error(e.message));
   }
 };
 SV.start = function () { window.addEventListener("hashchange", SV.render); SV.render(); };
@@ -118,7 +120,7 @@ SV.runPicker = function (page, current, key = "path") {
 SV.pages.run = async function (main, params) {
   const path = SV.defaultRun(params);
   if (path === null) {
-    main.replaceChildren(SV.h("h2", {}, "No training run here"),
+    SV.put(main, SV.h("h2", {}, "No training run here"),
       SV.h("p", {}, "This folder holds comparisons or evaluations: see ", SV.h("a", { href: "#/compare" }, "Compare"),
         " and ", SV.h("a", { href: "#/dialogues" }, "Dialogues"), "."));
     return;
@@ -128,7 +130,7 @@ SV.pages.run = async function (main, params) {
     const run = await SV.api(`/api/run?${SV.q({ path })}`);
     if (run.version === version) return;
     version = run.version;
-    main.replaceChildren(...SV.runView(run, path).filter((x) => x !== null));
+    SV.put(main, ...SV.runView(run, path).filter((x) => x !== null));
   };
   await draw();
   SV.timer = setInterval(() => draw().catch(() => {}), 3000);   // live while the run writes
@@ -185,7 +187,7 @@ SV.pages.curriculum = async function (main, params) {
   const run = SV.defaultRun(params);
   if (run === null) throw new Error("no training run in this folder: the curriculum map is a run's");
   const info = await SV.api(`/api/run?${SV.q({ path: run })}`);
-  if (!info.curriculum.length) { main.replaceChildren(SV.h("p", {}, "No curriculum file yet (curriculum/iter_NNNN.json).")); return; }
+  if (!info.curriculum.length) { SV.put(main, SV.h("p", {}, "No curriculum file yet (curriculum/iter_NNNN.json).")); return; }
   const iteration = Number(params.iteration || info.curriculum[info.curriculum.length - 1]);
   const metric = params.color || "cr";
   const cur = await SV.api(`/api/curriculum?${SV.q({ run, iteration })}`);
@@ -215,7 +217,7 @@ SV.pages.curriculum = async function (main, params) {
     trs.push(h("tr", {}, h("th", {}, ""), dims[colsDim].levels.map((_, c) => h("th", {}, c))));
     return h("div", { class: "grid-panel" }, h("div", { class: "muted" }, title), h("table", {}, trs));
   });
-  main.replaceChildren(h("h2", {}, `Curriculum map of ${SV.sourceLabel(run)} after iteration ${iteration}`),
+  SV.put(main, h("h2", {}, `Curriculum map of ${SV.sourceLabel(run)} after iteration ${iteration}`),
     h("div", { class: "controls" }, SV.runPicker("curriculum", run, "run"),
       SV.select("iteration", "iteration", info.curriculum.map((i) => [i, i]), iteration, (v) => go({ iteration: v })),
       SV.select("colour by", "color", [["cr", "completion rate (cumulative)"], ["weight", "sampling weight (next draw)"]], metric, (v) => go({ color: v }))),
@@ -230,8 +232,8 @@ SV.cellCalls = async function (list, cur, key, td) {
   td.classList.add("sel");
   const e = cur.states[key], h = SV.h;
   const head = h("h3", {}, `State ${key}: CR ${SV.fmt(e.cr)} (${e.successes}/${e.attempts} so far), band ${e.band}, weight ${SV.fmt(e.weight)}`);
-  if (!cur.dialogues) { list.replaceChildren(head, h("p", {}, "No dialogues file for this iteration.")); return; }
+  if (!cur.dialogues) { SV.put(list, head, h("p", {}, "No dialogues file for this iteration.")); return; }
   const d = await SV.api(`/api/dialogues?${SV.q({ file: cur.dialogues, state: key, limit: 200 })}`);
-  list.replaceChildren(head, d.rows.length ? SV.callTable(d) : h("p", { class: "muted" }, `No call of iteration ${cur.iteration} started in ${key}.`),
+  SV.put(list, head, d.rows.length ? SV.callTable(d) : h("p", { class: "muted" }, `No call of iteration ${cur.iteration} started in ${key}.`),
     h("p", {}, h("a", { href: SV.link("dialogues", { file: cur.dialogues, state: key }) }, "open in the dialogue browser")));
 };
