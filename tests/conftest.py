@@ -1,6 +1,10 @@
-"""Shared fixtures. Real parts, small sizes: the default scenario, the real SmolLM2 tokenizer."""
+"""Shared fixtures. Real parts, small sizes: the default scenario, the real SmolLM2 tokenizer, one local
+Ray cluster, one finished training run."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -58,3 +62,37 @@ def ray_cluster():
                  runtime_env={"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false"}})
     yield ray
     ray.shutdown()
+
+
+# One small real training run made once per session, for the tests that read a finished run
+# (tests/test_resume.py compares a killed and resumed run with it; tests/test_view.py serves it): 4
+# iterations of 4 calls, a checkpoint each, held-out evaluations at 0, 2 and 4; the prefill hands every
+# turn a state estimate (the reply after it is the tiny model's own), as a trained agent's turns carry.
+FINISHED_RUN_PREFILL = '{"estimate": {"cooperation": 3, "emotion": 2, "trust": 1}, "reply": "Hello, '
+FINISHED_RUN_SETTINGS = [
+    "models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=4", "train.batch_size=4",
+    "train.micro_batch_size=2", "train.checkpoint_every=1", "train.keep_checkpoints=0", "dialogue.max_turns=3",
+    "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12", "engine.kv_cache_mb=64",
+    "engine.max_model_len=2048", "ray.dashboard=false", "train.lr=1e-3", "seed=5", *TEST_SETTING,
+    "train.eval_every=2", "train.eval_profiles=3", f"dialogue.agent_prefill='{FINISHED_RUN_PREFILL}'"]
+
+
+def train_command(*args: str) -> list[str]:
+    """`sead-ray train ARGS` with the finished run's settings."""
+    return [sys.executable, "-m", "sead_ray.cli", "train", *map(str, args),
+            *[a for s in FINISHED_RUN_SETTINGS for a in ("--set", s)]]
+
+
+@dataclass
+class FinishedRun:
+    path: Path      # made as `--out run` from its parent folder (a relative run directory)
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> FinishedRun:
+    work = tmp_path_factory.mktemp("finished")
+    proc = subprocess.run(train_command("--config", EMBEDDED_CONFIG, "--out", "run"), cwd=work, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return FinishedRun(work / "run", proc.stdout)

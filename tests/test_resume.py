@@ -10,21 +10,9 @@ import time
 
 import pytest
 
-from tests.conftest import EMBEDDED_CONFIG, TEST_SETTING
+from tests.conftest import EMBEDDED_CONFIG, train_command
 
 pytestmark = pytest.mark.slow
-
-SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=3", "train.batch_size=4",
-            "train.micro_batch_size=2", "train.checkpoint_every=1", "train.keep_checkpoints=0", "dialogue.max_turns=3",
-            "dialogue.agent_train.max_tokens=12", "engine.kv_cache_mb=64", "engine.max_model_len=2048",
-            "ray.dashboard=false", "train.lr=1e-3", "seed=5", *TEST_SETTING]
-
-
-def _cmd(*args):
-    cmd = [sys.executable, "-m", "sead_ray.cli", "train", *map(str, args)]
-    for s in SETTINGS:
-        cmd += ["--set", s]
-    return cmd
 
 
 def _profiles(run, it):
@@ -36,18 +24,16 @@ def _curriculum(run, it):
     return json.loads((run / "curriculum" / f"iter_{it:04d}.json").read_text())
 
 
-# Larger than the three subprocess budgets below together, so a hang fails in a subprocess with its output.
-@pytest.mark.timeout(3 * 900 + 300)
-def test_killed_run_resumes_exactly(tmp_path):
+# Larger than the two subprocess budgets below together, so a hang fails in a subprocess with its output.
+@pytest.mark.timeout(2 * 900 + 300)
+def test_killed_run_resumes_exactly(finished_run, tmp_path):
+    full = finished_run.path   # the uninterrupted run of the same settings and seed
+    assert "training finished after iteration 4 of 4" in finished_run.stdout
+    assert "tensorboard --logdir" in finished_run.stdout
     # Run directories given relative to the working directory (Ray Train workers run elsewhere).
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    proc = subprocess.run(_cmd("--config", EMBEDDED_CONFIG, "--out", "full"), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "training finished after iteration 3 of 3" in proc.stdout and "tensorboard --logdir" in proc.stdout
-
-    victim = subprocess.Popen(_cmd("--config", EMBEDDED_CONFIG, "--out", "killed"), cwd=tmp_path, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = tmp_path / "killed"
+    victim = subprocess.Popen(train_command("--config", EMBEDDED_CONFIG, "--out", "killed"), cwd=tmp_path,
+                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 900
     # during iteration 2: the checkpoint of iteration 1 is written, iteration 2's curriculum is not (an
     # iteration of this tiny run takes a few seconds: poll often and kill at once)
@@ -65,9 +51,10 @@ def test_killed_run_resumes_exactly(tmp_path):
     assert _curriculum(killed, 1) == _curriculum(full, 1)        # the state entering iteration 2
     assert _profiles(killed, 2) == _profiles(full, 2)            # iteration 2 draws the same profiles
     rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert [r["iteration"] for r in rows if r["phase"] == "train"] == [1, 2, 3, 4]
     # no KL or entropy term in these settings: the logged loss is the policy-gradient loss, not a multiple
-    assert all(r["train_loss"] == pytest.approx(r["train_pg_loss"], rel=1e-5, abs=1e-8) for r in rows), rows
+    assert all(r["train_loss"] == pytest.approx(r["train_pg_loss"], rel=1e-5, abs=1e-8) for r in rows
+               if r["phase"] == "train"), rows
     ckpt = (killed / "checkpoints" / "latest").resolve()
-    assert ckpt.name == "iter_0003" and (ckpt / "hf" / "config.json").exists()
+    assert ckpt.name == "iter_0004" and (ckpt / "hf" / "config.json").exists()
     assert (ckpt / "deepspeed").is_dir() and (full / "checkpoints" / "iter_0001" / "hf" / "config.json").exists()

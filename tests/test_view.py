@@ -18,7 +18,7 @@ import pytest
 
 from sead_ray.cli import main
 from sead_ray.view.files import Folder, LineIndex, ViewError
-from tests.conftest import EMBEDDED_CONFIG, ROOT, TEST_SETTING
+from tests.conftest import EMBEDDED_CONFIG, FINISHED_RUN_PREFILL, ROOT
 
 CHROMIUM = "/usr/bin/chromium"
 # The README's screenshots: SEAD_RAY_SCREENSHOTS=docs/img writes them there (elsewhere: a temporary folder,
@@ -156,13 +156,9 @@ def test_the_api_pages_and_filters_a_big_file_and_guards_hosts_and_origins(tmp_p
 
 
 # ------------------------------------------------------------------------------------------- the browser test
-# The tiny random agent never follows the output format; the prefill hands every turn a state estimate (the
-# reply after it is the model's own), so the calls carry both state series, as a trained agent's would.
-PREFILL = '{"estimate": {"cooperation": 3, "emotion": 2, "trust": 1}, "reply": "Hello, '
-SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.batch_size=2", "train.micro_batch_size=1",
-            "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12",
-            "engine.kv_cache_mb=64", "engine.max_model_len=2048", "ray.dashboard=false", *TEST_SETTING,
-            "train.iterations=4", "train.eval_every=2", "train.eval_profiles=3", f"dialogue.agent_prefill='{PREFILL}'"]
+# The run is the session's finished run (tests/conftest.py): its prefill hands every turn a state estimate,
+# so the calls carry both state series, as a trained agent's would.
+PREFILL = FINISHED_RUN_PREFILL
 
 
 def _compare_from_held_out(run: Path, out: Path) -> None:
@@ -179,14 +175,11 @@ def _compare_from_held_out(run: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def viewer(tmp_path_factory):
+def viewer(finished_run, tmp_path_factory):
     """A folder with a real 4-iteration run and a comparison, served by `sead-ray view` on a free port."""
     folder = tmp_path_factory.mktemp("view")
-    cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", str(EMBEDDED_CONFIG), "--out", str(folder / "run")]
-    for s in SETTINGS:
-        cmd += ["--set", s]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the session's run, without the optimizer states (the page and the talk's engine read hf/ only)
+    shutil.copytree(finished_run.path, folder / "run", symlinks=True, ignore=shutil.ignore_patterns("deepspeed"))
     _compare_from_held_out(folder / "run", folder / "compare")
     (folder.parent / "outside.jsonl").write_text("{}\n")
     server = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "view", str(folder), "--port", "0"],
@@ -250,12 +243,12 @@ def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page, sh
     shot(page, "run")
 
     page.goto(f"{url}/#/curriculum?run=run&iteration=4")
-    cell = page.wait_for_selector(".grid-panel td[data-state]:not(.empty)")
-    state = cell.get_attribute("data-state")
-    cell.click()
+    calls = _rows(run / "dialogues" / "iter_0004.jsonl")
+    # the cell of the state the iteration's first call started in
+    state = "-".join(str(calls[0]["profile"][d]) for d in ("cooperation", "emotion", "trust"))
+    page.wait_for_selector(f'.grid-panel td[data-state="{state}"]').click()
     page.wait_for_selector("[data-testid=cell-calls] table tr[data-index]")
     listed = page.query_selector_all("[data-testid=cell-calls] tr[data-index]")
-    calls = _rows(run / "dialogues" / "iter_0004.jsonl")
     key = [state == "-".join(str(r["profile"][d]) for d in ("cooperation", "emotion", "trust")) for r in calls]
     started = [i for i, same in enumerate(key) if same]
     assert [int(r.get_attribute("data-index")) for r in listed] == started
