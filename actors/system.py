@@ -102,7 +102,6 @@ class RolloutRoles:
     run: str = ""                  # the run's name, a tag of every engine gauge
     agent_endpoint: Any = None     # an agent behind an OpenAI-compatible endpoint instead of engines
     restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user_sim": 0})
-    # given the new engine of a restart, brings it to the policy being trained (None: the model on disk is it)
 
     def engine_spec(self, role: str, model_path: str, seed: int, bind: str, name: str):
         spec = engine_spec_from_config(self.cfg, role, model_path, seed, bind)

@@ -288,12 +288,17 @@ class VLLMEngine:
             self.engine = None
 
 
+def takes_weights(cfg: Any, role: str) -> bool:
+    """The engines of `role` take each new weight version from a trainer (the agent's; the simulator's with
+    user_sim.train)."""
+    return role == "agent_policy" or cfg.user_sim.train
+
+
 def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
     """The engine of `role` (agent_policy or user_sim): CUDA settings where the role has GPUs."""
     on_gpu = getattr(cfg.placement, role).gpus > 0
     transport = cfg.weight_sync.transport
     tensor_parallel = (cfg.agent if role == "agent_policy" else cfg.user_sim).tensor_parallel_size
-    trained = role == "agent_policy" or cfg.user_sim.train   # takes each new weight version from a trainer
     kv_cache_mb = cfg.engine.kv_cache_mb
     if kv_cache_mb == "auto":
         kv_cache_mb = engine_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
@@ -302,7 +307,8 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
                       block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
                       tensor_parallel_size=tensor_parallel,
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
-                      weight_transfer_backend=transport if WEIGHT_TRANSPORTS[transport].vllm_api and trained else "")
+                      weight_transfer_backend=transport if WEIGHT_TRANSPORTS[transport].vllm_api and takes_weights(cfg, role)
+                      else "")
 
 
 _kv_logged: set = set()
@@ -328,7 +334,7 @@ def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: in
     mb, why = memory_plan.auto_kv_cache_mb(cfg, shape, tensor_parallel, prompt_tokens,
                                            None if on_gpu else psutil.virtual_memory().available, engines,
                                            device_bytes=memory_plan.device_memory_bytes(cfg) if on_gpu else None,
-                                           sends_weights=role == "agent_policy" and cfg.weight_sync.transport == "nccl")
+                                           sends_weights=takes_weights(cfg, role) and cfg.weight_sync.transport == "nccl")
     if (role, model_path) not in _kv_logged:
         _kv_logged.add((role, model_path))
         logging.getLogger(__name__).info("%s engines: KV cache auto = %d MB (%s)", role, mb, why)
