@@ -74,6 +74,10 @@ class TrainConfig:
     clip_eps: float = _f(0.2, 0.0, 10.0)
     kl_coef: float = _f(0.0, 0.0, 10.0, "0 turns the KL term (and the reference model) off")
     entropy_coef: float = _f(0.0, 0.0, 10.0)
+    # like DAPO's filter of groups without reward differences, for a whole batch: with kl_coef and
+    # entropy_coef 0 such a step has no gradient and would only move the weights by Adam's momentum
+    skip_no_signal_steps: bool = _f(False, doc="skip a GRPO step whose every advantage is 0 (no reward differences): "
+                                    "weights, optimizer and version stay as they are")
     grad_clip: float = _f(1.0, 0.0, 1e6)
     ppo_epochs: int = _f(1, 1, 100)
     micro_batch_size: int = _f(4, 1, 4096)

@@ -148,11 +148,16 @@ class SelfEvolutionLoop:
         rewards_of, samples_of = LEARNERS[role]
         rewards = rewards_of(trajs, train)
         advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
-        if advantages and all(a == 0 for a in advantages):
-            log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): "
-                        "the policy-gradient term of this step is 0", iteration, role, train.advantage_mode,
-                        sum(t.success for t in trajs), len(trajs))
         samples = samples_of(trajs, advantages, train.max_seq_len)
+        if advantages and all(a == 0 for a in advantages):
+            skip = train.skip_no_signal_steps and train.kl_coef == 0 and train.entropy_coef == 0
+            log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): %s",
+                        iteration, role, train.advantage_mode, sum(t.success for t in trajs), len(trajs),
+                        "step skipped, weights stay" if skip else "the policy-gradient term of this step is 0")
+            if skip:
+                version = self.done.policy_version if role == "agent" else self.done.user_policy_version
+                return Learning(rewards, StepMetrics.no_step(sum(sum(x.loss_mask) for x in samples)),
+                                SyncResult(version, 0.0, None, None, 0.0), version)
         log.info("iter %d %s GRPO: %d samples, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration, role,
                  len(samples), sum(len(x.token_ids) for x in samples), sum(sum(x.loss_mask) for x in samples),
                  self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)
@@ -257,9 +262,9 @@ class SelfEvolutionLoop:
                           "user_reward_mean": sum(learning.user.rewards) / max(1, len(learning.user.rewards)),
                           **{f"user_train_{k}": v for k, v in learning.user.step.to_json().items()}})
         row = await self.system.record_iteration(iteration, "train", dialogues.records, extra, curriculum)
-        log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %.2e, %.0f s", iteration,
+        log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %s, %.0f s", iteration,
                  self.cfg.train.iterations, row["cr"] or 0.0, extra["reward_mean"], step.loss,
-                 step.logprob_mismatch_mean, seconds)
+                 "-" if step.skipped else f"{step.logprob_mismatch_mean:.2e}", seconds)
         return row
 
     async def _unless_stopped(self, coro):

@@ -195,18 +195,26 @@ class StepMetrics:
     loss: float
     pg_loss: float
     kl: float
-    entropy: float
-    clip_fraction: float
+    entropy: Optional[float]
+    clip_fraction: Optional[float]
     grad_norm: Optional[float]
     agent_tokens: int
     step_s: float
-    tokens_per_s: float
-    logprob_mismatch_mean: float
-    logprob_mismatch_max: float
-    peak_mem_mb: float
+    tokens_per_s: Optional[float]
+    logprob_mismatch_mean: Optional[float]
+    logprob_mismatch_max: Optional[float]
+    peak_mem_mb: Optional[float]
+    skipped: int = 0            # 1: train.skip_no_signal_steps, no step was taken (figures not computed: None)
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def no_step(cls, agent_tokens: int) -> "StepMetrics":
+        """The record of a step skipped for want of signal: its loss and gradient are 0 by definition."""
+        return cls(loss=0.0, pg_loss=0.0, kl=0.0, entropy=None, clip_fraction=None, grad_norm=0.0,
+                   agent_tokens=agent_tokens, step_s=0.0, tokens_per_s=None, logprob_mismatch_mean=None,
+                   logprob_mismatch_max=None, peak_mem_mb=None, skipped=1)
 
 
 def aggregate_step(results: Sequence[RankStepResult], wall_s: float) -> StepMetrics:

@@ -36,8 +36,11 @@ def smollm_tokenizer():
 # The tests' own setting, not the demo's: the whole grid, no GRPO groups, no held-out evaluations,
 # gradient checkpointing on (the sampling temperature stays the demo's 0.7: tempered logprobs), engines
 # not pinned to cores (several share each core here; unpinned, an engine starts one process fewer).
+# train.skip_no_signal_steps off: the tiny models' calls often give no reward differences, and the tests
+# follow every step's weights to the engines (the skip itself: tests/test_loop.py)
 TEST_SETTING = ["curriculum.user_set=''", "train.rollouts_per_profile=1", "train.advantage_mode=batch_mean",
-                "train.gradient_checkpointing=true", "train.eval_every=0", "engine.cpu_bind=nobind"]
+                "train.gradient_checkpointing=true", "train.eval_every=0", "engine.cpu_bind=nobind",
+                "train.skip_no_signal_steps=false"]
 
 
 def tiny_config(*overrides: str):

@@ -192,3 +192,28 @@ def test_held_out_evaluation_replays_one_fixed_set(scenario, smollm_tokenizer, t
         runs[it] = [(r["profile"]["behaviors"], r["turns"]) for r in records]
         assert len(records) == 3
     assert runs[0] == runs[2] == runs[3]       # same profiles, same seeds (the agent double does not learn)
+
+
+def test_a_batch_without_reward_differences_skips_its_step_only_when_asked(scenario, smollm_tokenizer, tmp_path):
+    """train.skip_no_signal_steps: every call of the batch ends alike (the fixed reply never persuades the
+    rule user), so every advantage is 0; the step and the weight sync are skipped and the version stays, unless a KL term
+    still gives the step a gradient."""
+    def run(out, *settings):
+        cfg = tiny_config("train.batch_size=2", "train.iterations=2", *settings)
+        system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
+        loop = SelfEvolutionLoop(cfg, scenario, system, out, TrainState(0, system.controller.state_dict(), 0),
+                                 saved=False)
+        asyncio.run(loop.run())
+        return system, json.loads((out / "checkpoints" / "latest" / "state.json").read_text())
+
+    system, state = run(tmp_path / "skip", "train.skip_no_signal_steps=true")
+    records = (tmp_path / "skip" / "dialogues" / "iter_0001.jsonl").read_text().splitlines()
+    assert len({json.loads(line)["outcome"] for line in records}) == 1       # no reward differences
+    assert system.trained == [] and system.version == 0
+    assert [(r["train_skipped"], r["policy_version"], r["train_grad_norm"]) for r in system.rows] == [(1, 0, 0.0)] * 2
+    assert system.rows[0]["train_agent_tokens"] > 0 and system.rows[0]["train_entropy"] is None
+    assert state["iteration"] == 2 and state["policy_version"] == 0
+    for settings in [("train.skip_no_signal_steps=false",), ("train.skip_no_signal_steps=true", "train.kl_coef=0.1")]:
+        system, state = run(tmp_path / "-".join(settings), *settings)
+        assert len(system.trained) == 2 and state["policy_version"] == 2
+        assert [r["train_skipped"] for r in system.rows] == [0, 0]
