@@ -80,7 +80,7 @@ class Listener:
 
 def _negated(scenario: Scenario, fact: int) -> str:
     """The fact turned around: what it affirms denied, what it denies affirmed."""
-    terms = scenario.rule_user.facts[fact]
+    terms = scenario.rule_user.lexicon.facts[fact]   # stemmed, as the user hears them
     parts = ([f"It is not {' '.join(t)}." for t in terms.affirms[:2]]
              + [f"There is a {' '.join(t)}." for t in terms.denies[:2]])
     return " ".join(parts) or f"That is not true: {scenario.facts[fact]}"

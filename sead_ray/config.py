@@ -1,17 +1,13 @@
 """Typed run configuration loaded from one YAML file, with `--set a.b=c` overrides.
 
-Every key is a dataclass field (sead_ray.config_schema); unknown keys, wrong types and out-of-range
-values raise ConfigError naming the key and the file, which the CLI turns into exit code 2; then the
-checks across keys.
+Every key is a dataclass field (sead_ray.config_schema), loaded by sead_ray.typed_load: unknown keys,
+wrong types and out-of-range values raise ConfigError naming the key and the file, which the CLI turns
+into exit code 2; then the checks across keys.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
-import typing
 from pathlib import Path
-from typing import Any, Literal, Union
 
 import yaml
 
@@ -21,6 +17,7 @@ __all__ = ["EMBEDDED_MODEL", "ConfigError", "SeadConfig", "config_to_dict", "dum
            "parse_overrides", "yaml_problem"]
 from .jsonl import read_text
 from .trainer_protocol import WEIGHT_TRANSPORTS
+from .typed_load import build
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -28,80 +25,6 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return (f" at line {mark.line + 1}, column {mark.column + 1}" if mark else "") + f": {problem}"
-
-
-def _check_scalar(value: Any, tp: Any, key: str, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        if value is False and "off" in typing.get_args(tp):
-            value = "off"   # YAML 1.1 reads a bare `off` (e.g. `curriculum.mode: off`) as false
-        if isinstance(value, bool) or value not in typing.get_args(tp):
-            raise ConfigError(f"{where}: {key} = {value!r} is not one of {list(typing.get_args(tp))}")
-        return value
-    if origin in (Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(tp):
-            try:
-                return _check_scalar(value, option, key, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(f"{where}: {key} = {value!r} has the wrong type ({' or '.join(errors)})")
-    if origin is dict:   # string keys; values checked like any scalar (no range: checked by the section)
-        key_type, value_type = typing.get_args(tp)
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {key} must be a mapping, got {value!r}")
-        return {_check_scalar(k, key_type, f"{key} (a key)", where): _check_scalar(v, value_type, f"{key}.{k}", where)
-                for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads `1e-6` (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
-        if not math.isfinite(value):   # NaN passes every range check: refuse it here, with inf
-            raise ConfigError(f"{where}: {key} must be a finite number, got {value}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
-        return value
-    raise ConfigError(f"{where}: {key}: unsupported type {tp}")
-
-
-def _build(cls: type, data: Any, prefix: str, where: str):
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: {prefix or 'the file'} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(names), key=str)
-    if unknown:
-        key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
-        raise ConfigError(f"{where}: unknown key '{key}' (known here: {', '.join(sorted(names))})")
-    kwargs = {}
-    for name, value in data.items():
-        key = f"{prefix}.{name}" if prefix else name
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = _build(tp, value, key, where)
-            continue
-        value = _check_scalar(value, tp, key, where)
-        meta = names[name].metadata
-        lo, hi = meta.get("lo"), meta.get("hi")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if lo is not None and value < lo or hi is not None and value > hi:
-                raise ConfigError(f"{where}: {key} = {value} is out of range [{lo}, {hi}]")
-        kwargs[name] = value
-    return cls(**kwargs)
 
 
 def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
@@ -144,9 +67,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{where}: the top level must be a mapping of keys")
     for key, raw in parse_overrides(overrides):
         _set_dotted(tree, key, raw)
-    if "source" in tree:
-        raise ConfigError(f"{where}: unknown key 'source' (it is set by the loader)")
-    cfg = _build(SeadConfig, tree, "", where + (" (with --set overrides)" if overrides else ""))
+    cfg = build(SeadConfig, tree, "", where + (" (with --set overrides)" if overrides else ""))
     cfg.source = str(Path(path).resolve()) if path is not None else "<defaults>"
     cross_checks(cfg, where)
     return cfg

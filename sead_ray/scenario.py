@@ -13,15 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 
 from .concerns import RuleUserSpec, load_rule_user
-from .config import ConfigError, yaml_problem
+from .config import yaml_problem
 from .jsonl import read_text
 from .sim_rules import StatusGuard
 from .state import Dimension, State, StateSchema
+from .typed_load import ConfigError, build, check, option
 
 USER_STATUSES = ("continue", "accept", "refuse", "hangup")
 MAX_GRID_STATES = 100_000   # the grid is enumerated (allowed states, curriculum tables): keep it in memory
@@ -115,34 +116,87 @@ class Scenario:
         return [s for s in self.schema.grid() if self.state_allowed(s) and inside(self.schema, s)]
 
 
+# --------------------------------------------------------------------------- the file's sections
+
+Range = Union[int, tuple[int, int]]   # a level, or [low, high]
+
+
+@dataclass
+class AgentSection:
+    role: str = option(nonempty=True)
+    sop: list[str] = option(nonempty=True)
+    facts: list[str] = option(nonempty=True)
+    title: str = option("agent", nonempty=True)   # how the user's side names the agent
+
+
+@dataclass
+class OutcomeSection:
+    outcome: Literal["success", "failure"] = option()
+    meaning: str = option(nonempty=True)
+
+
+@dataclass
+class TaskSection:
+    objective: str = option(nonempty=True)
+    outcomes: dict[str, OutcomeSection] = option()   # accept, refuse, hangup
+    channel: str = option("conversation", nonempty=True)
+    call_opening: str = "(The call connects.)"
+
+
+@dataclass
+class UserSection:
+    persona: str = option(nonempty=True)
+    title: str = option("user", nonempty=True)   # how the agent's side names the user
+    status_guards: dict[str, StatusGuard] = option({})
+
+
+@dataclass
+class RuleSection:
+    when: dict[str, Range] = option(nonempty=True)
+    name: str = ""
+    reason: str = ""
+    behavior_categories: list[str] = option([])
+
+
+@dataclass
+class ConsistencySection:
+    max_behaviors_per_category: int = option(1, 1)
+    rules: list[RuleSection] = option([])
+
+
+@dataclass
+class UserSetSection:
+    states: dict[str, Range] = option(nonempty=True)
+    description: str = ""
+    behaviors: Range = (1, 3)   # behaviors per profile: a count or [min, max]
+
+
+@dataclass
+class ScenarioFile:
+    """A scenario file as written (typed_load checks every key); `load_scenario` checks it across sections."""
+    name: str = option(nonempty=True)
+    agent: AgentSection = option()
+    task: TaskSection = option()
+    user: UserSection = option()
+    state_schema: list[Dimension] = option(nonempty=True)
+    behaviors: dict[str, Any] = option(nonempty=True)   # {file: PATH} or {category: [behavior, ...]}
+    description: str = ""
+    consistency: ConsistencySection = option(ConsistencySection())
+    user_sets: dict[str, UserSetSection] = option({})
+    rule_user: Optional[RuleUserSpec] = None   # what the `rule` simulator knows of the domain (concerns.py)
+
+
 # --------------------------------------------------------------------------- loading
-
-def _need(tree: Mapping, key: str, where: str, kind: type | tuple = str) -> Any:
-    if key not in tree:
-        raise ConfigError(f"{where}: missing required field '{key}'")
-    value = tree[key]
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ConfigError(f"{where}: field '{key}' must be a {names}, got {type(value).__name__}")
-    return value
-
-
-def _str_list(value: Any, key: str, where: str) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ConfigError(f"{where}: field '{key}' must be a non-empty list of strings")
-    return list(value)
-
 
 _CATEGORY_PREFIX = re.compile(r"^\s*\d+\s*\.\s*")
 
 
-def _load_behavior_library(spec: Any, base: Path, where: str) -> list[Behavior]:
-    """`behaviors` is either {file: PATH} (PATH relative to the scenario file, or
-    `package:NAME` for package data) or an inline mapping category -> [behavior, ...]."""
-    if isinstance(spec, dict) and set(spec) == {"file"}:
-        ref = spec["file"]
-        if not isinstance(ref, str):
-            raise ConfigError(f"{where}: field 'behaviors.file' must be a string")
+def _load_behavior_library(spec: dict, base: Path, where: str) -> list[Behavior]:
+    """`behaviors` is either {file: PATH} (PATH relative to the scenario file, or `package:NAME` for
+    package data) or an inline mapping category -> [behavior, ...]."""
+    data = spec
+    if set(spec) == {"file"}:
+        ref = check(spec["file"], str, "behaviors.file", where)
         try:
             if ref.startswith("package:"):
                 text = resources.files("sead_ray").joinpath("data", ref[len("package:"):]).read_text("utf-8")
@@ -150,18 +204,15 @@ def _load_behavior_library(spec: Any, base: Path, where: str) -> list[Behavior]:
                 text = (base / ref).read_text(encoding="utf-8")
             data = json.loads(text)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{where}: field 'behaviors.file' = {ref!r} cannot be read: {exc}") from None
+            raise ConfigError(f"{where}: behaviors.file = {ref!r} cannot be read: {exc}") from None
         if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), dict):
             data = next(iter(data.values()))  # the SEAD file wraps categories in one top-level key
         where = f"{where} (behaviors.file {ref})"
-    else:
-        data = spec
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(f"{where}: field 'behaviors' must map categories to lists of behaviors")
+    library = check(data, dict[str, list[str]], "behaviors", where, {"nonempty": True})
     out, seen = [], set()
-    for raw_cat, items in data.items():
+    for raw_cat, items in library.items():
         cat = _CATEGORY_PREFIX.sub("", str(raw_cat)).strip()
-        for text in _str_list(items, f"behaviors.{raw_cat}", where):
+        for text in items:
             text = text.strip()
             if text in seen:
                 raise ConfigError(f"{where}: behavior listed twice: {text!r}")
@@ -170,124 +221,67 @@ def _load_behavior_library(spec: Any, base: Path, where: str) -> list[Behavior]:
     return out
 
 
-def _load_schema(items: Any, where: str) -> StateSchema:
-    if not isinstance(items, list) or not items:
-        raise ConfigError(f"{where}: field 'state_schema' must be a non-empty list of dimensions")
-    dims = []
-    for i, item in enumerate(items):
-        w = f"state_schema[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: field '{w}' must be a mapping with 'name' and 'levels'")
-        name = _need(item, "name", f"{where}: {w}")
-        levels = _str_list(item.get("levels"), f"{w}.levels", where)
-        if len(levels) < 2:
-            raise ConfigError(f"{where}: field '{w}.levels' needs at least 2 levels")
-        dims.append(Dimension(name, tuple(levels)))
+def _check_schema(dims: list[Dimension], where: str) -> StateSchema:
+    for i, dim in enumerate(dims):
+        if len(dim.levels) < 2:
+            raise ConfigError(f"{where}: state_schema[{i}].levels needs at least 2 levels")
     names = [d.name for d in dims]
     if len(set(names)) != len(names):
-        raise ConfigError(f"{where}: field 'state_schema' repeats a dimension name: {names}")
+        raise ConfigError(f"{where}: state_schema repeats a dimension name: {names}")
     size = math.prod(len(d.levels) for d in dims)
     if size > MAX_GRID_STATES:
-        raise ConfigError(f"{where}: field 'state_schema' spans {size:,} states (the product of its level "
+        raise ConfigError(f"{where}: state_schema spans {size:,} states (the product of its level "
                           f"counts); at most {MAX_GRID_STATES:,} are supported")
     return StateSchema(tuple(dims))
 
 
-def _load_ranges(tree: Any, schema: StateSchema, key: str, where: str) -> dict[str, tuple[int, int]]:
+def _ranges(tree: dict[str, Range], schema: StateSchema, key: str, where: str) -> dict[str, tuple[int, int]]:
     """{dimension: level or [low, high]} -> {dimension: (low, high)}."""
-    if not isinstance(tree, dict) or not tree:
-        raise ConfigError(f"{where}: field '{key}' must map dimensions to [low, high]")
-    ranges = {}
-    for dim, rng in tree.items():
+    for dim in tree:
         if dim not in schema.names:
-            raise ConfigError(f"{where}: field '{key}' names unknown dimension '{dim}' "
-                              f"(schema has {list(schema.names)})")
-        ranges[dim] = _int_range(rng)
-        if ranges[dim] is None:
-            raise ConfigError(f"{where}: field '{key}.{dim}' must be a level or [low, high], got {rng!r}")
-    return ranges
+            raise ConfigError(f"{where}: {key} names unknown dimension '{dim}' (schema has {list(schema.names)})")
+    return {dim: _range(value, f"{key}.{dim}", where) for dim, value in tree.items()}
 
 
-def _int_range(value: Any) -> Optional[tuple[int, int]]:
-    """An integer `n` as (n, n), a list [low, high] with low <= high as (low, high); None otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value, value]
-    if (not isinstance(value, list) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value) or value[0] > value[1]):
-        return None
-    return value[0], value[1]
+def _range(value: Range, key: str, where: str, lowest: int = 0) -> tuple[int, int]:
+    low, high = (value, value) if isinstance(value, int) else value
+    if not lowest <= low <= high:
+        raise ConfigError(f"{where}: {key} must be a level or [low, high] with {lowest} <= low <= high, got {value!r}")
+    return low, high
 
 
-def _load_user_sets(tree: Any, schema: StateSchema, where: str) -> dict[str, UserSet]:
-    if tree is None:
-        return {}
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{where}: field 'user_sets' must map a set name to {{states: ..., behaviors: ...}}")
-    sets = {}
-    for name, spec in tree.items():
-        key = f"user_sets.{name}"
-        if not isinstance(spec, dict) or set(spec) - {"description", "states", "behaviors"}:
-            raise ConfigError(f"{where}: field '{key}' may have description, states and behaviors only")
-        counts = _int_range(spec.get("behaviors", [1, 3]))
-        if counts is None or counts[0] < 0:
-            raise ConfigError(f"{where}: field '{key}.behaviors' must be a count or [min, max] of behaviors")
-        sets[str(name)] = UserSet(str(name), str(spec.get("description", "")),
-                                  _load_ranges(spec.get("states"), schema, f"{key}.states", where), counts)
-    return sets
-
-
-def _load_rules(items: Any, schema: StateSchema, categories: set[str], where: str) -> list[ConsistencyRule]:
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        raise ConfigError(f"{where}: field 'consistency.rules' must be a list")
-    rules = []
-    for i, item in enumerate(items):
-        w = f"consistency.rules[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: field '{w}' must be a mapping")
-        unknown = set(item) - {"name", "reason", "when", "behavior_categories"}
-        if unknown:
-            raise ConfigError(f"{where}: field '{w}' has unknown key(s) {sorted(unknown)}")
-        when = _load_ranges(item.get("when"), schema, f"{w}.when", where)
-        cats = item.get("behavior_categories", [])
-        if not isinstance(cats, list) or any(c not in categories for c in cats):
-            raise ConfigError(f"{where}: field '{w}.behavior_categories' must list known categories "
-                              f"(known: {sorted(categories)})")
-        rules.append(ConsistencyRule(str(item.get("name", f"rule_{i}")), str(item.get("reason", "")),
-                                     when, tuple(cats)))
-    return rules
-
-
-def _load_guards(items: object, schema: StateSchema, where: str) -> dict[str, StatusGuard]:
-    if items is None:
-        return {}
-    if not isinstance(items, dict):
-        raise ConfigError(f"{where}: field 'user.status_guards' must map a status to {{at_least: ..., at_most: ...}}")
-    guards = {}
-    for status, spec in items.items():
+def _check_guards(guards: dict[str, StatusGuard], schema: StateSchema, where: str) -> dict[str, StatusGuard]:
+    for status, guard in guards.items():
         key = f"user.status_guards.{status}"
         if status not in ("accept", "refuse", "hangup"):
-            raise ConfigError(f"{where}: field '{key}': a guard is for accept, refuse or hangup")
-        if not isinstance(spec, dict) or not spec or set(spec) - {"at_least", "at_most"}:
-            raise ConfigError(f"{where}: field '{key}' must have at_least and/or at_most")
-        bounds = {}
+            raise ConfigError(f"{where}: {key}: a guard is for accept, refuse or hangup")
+        if not guard.at_least and not guard.at_most:
+            raise ConfigError(f"{where}: {key} must have at_least and/or at_most")
         for side in ("at_least", "at_most"):
-            levels = spec.get(side) or {}
-            for dim, level in (levels.items() if isinstance(levels, dict) else [(None, None)]):
+            for dim, level in getattr(guard, side).items():
                 if dim not in schema.names:
-                    raise ConfigError(f"{where}: field '{key}.{side}' names unknown dimension {dim!r} "
+                    raise ConfigError(f"{where}: {key}.{side} names unknown dimension {dim!r} "
                                       f"(schema has {list(schema.names)})")
                 top = schema.dimensions[schema.names.index(dim)].max_level
-                if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= top:
-                    raise ConfigError(f"{where}: field '{key}.{side}.{dim}' must be a level 0..{top}, got {level!r}")
-            bounds[side] = dict(levels)
-        guards[status] = StatusGuard(**bounds)
+                if not 0 <= level <= top:
+                    raise ConfigError(f"{where}: {key}.{side}.{dim} must be a level 0..{top}, got {level!r}")
     return guards
 
 
+def _outcomes(task: TaskSection, where: str) -> tuple[dict[str, str], dict[str, str]]:
+    unknown = sorted(set(task.outcomes) - {"accept", "refuse", "hangup"})
+    missing = [s for s in ("accept", "refuse", "hangup") if s not in task.outcomes]
+    if unknown or missing:
+        raise ConfigError(f"{where}: task.outcomes.{(unknown or missing)[0]}: task.outcomes has exactly accept, refuse "
+                          "and hangup, each with outcome: success|failure and meaning: <text>")
+    if not any(o.outcome == "success" for o in task.outcomes.values()):
+        raise ConfigError(f"{where}: task.outcomes: no status counts as success")
+    return ({status: o.outcome for status, o in task.outcomes.items()},
+            {"continue": f"the {task.channel.strip()} goes on", **{s: o.meaning for s, o in task.outcomes.items()}})
+
+
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; errors name the file and the field."""
+    """Read and check a scenario file; errors name the file and the key."""
     path = Path(path)
     where = str(path)
     try:
@@ -295,71 +289,37 @@ def load_scenario(path: str | Path) -> Scenario:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML{yaml_problem(exc)}") from None
     if not isinstance(tree, dict):
-        raise ConfigError(f"{where}: a scenario file must be a mapping of fields")
-    known = {"name", "description", "agent", "task", "user", "state_schema", "behaviors", "consistency", "rule_user",
-             "user_sets"}
-    unknown = set(tree) - known
-    if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
-
-    agent = _need(tree, "agent", where, dict)
-    task = _need(tree, "task", where, dict)
-    user = _need(tree, "user", where, dict)
-    schema = _load_schema(tree.get("state_schema"), where)
-    behaviors = _load_behavior_library(_need(tree, "behaviors", where, (dict,)), path.parent, where)
-
-    outcomes = _need(task, "outcomes", f"{where}: task", dict)
-    channel = str(task.get("channel", "conversation")).strip()
-    outcome_of_status, status_meaning = {}, {"continue": f"the {channel} goes on"}
-    for status in ("accept", "refuse", "hangup"):
-        spec = outcomes.get(status)
-        if not isinstance(spec, dict) or spec.get("outcome") not in ("success", "failure") \
-                or not isinstance(spec.get("meaning"), str):
-            raise ConfigError(f"{where}: field 'task.outcomes.{status}' must have outcome: success|failure "
-                              f"and meaning: <text>")
-        outcome_of_status[status] = spec["outcome"]
-        status_meaning[status] = spec["meaning"]
-    if "success" not in outcome_of_status.values():
-        raise ConfigError(f"{where}: field 'task.outcomes': no status counts as success")
-
-    consistency = tree.get("consistency") or {}
-    if not isinstance(consistency, dict):
-        raise ConfigError(f"{where}: field 'consistency' must be a mapping")
-    per_cat = consistency.get("max_behaviors_per_category", 1)
-    if not isinstance(per_cat, int) or isinstance(per_cat, bool) or per_cat < 1:
-        raise ConfigError(f"{where}: field 'consistency.max_behaviors_per_category' must be an integer >= 1")
-    rules = _load_rules(consistency.get("rules"), schema, {b.category for b in behaviors}, where)
-
-    facts = _str_list(agent.get("facts"), "agent.facts", where)
-    rule_user = (load_rule_user(tree["rule_user"], facts, {b.category for b in behaviors}, {b.text for b in behaviors},
-                                where)
-                 if tree.get("rule_user") is not None else None)
+        raise ConfigError(f"{where}: a scenario file must be a mapping of keys")
+    file = build(ScenarioFile, tree, "", where)
+    schema = _check_schema(file.state_schema, where)
+    behaviors = _load_behavior_library(file.behaviors, path.parent, where)
+    categories = {b.category for b in behaviors}
+    rules = []
+    for i, rule in enumerate(file.consistency.rules):
+        key = f"consistency.rules[{i}]"
+        if any(c not in categories for c in rule.behavior_categories):
+            raise ConfigError(f"{where}: {key}.behavior_categories must list known categories (known: {sorted(categories)})")
+        rules.append(ConsistencyRule(rule.name or f"rule_{i}", rule.reason, _ranges(rule.when, schema, f"{key}.when", where),
+                                     tuple(rule.behavior_categories)))
+    user_sets = {name: UserSet(name, spec.description, _ranges(spec.states, schema, f"user_sets.{name}.states", where),
+                               _range(spec.behaviors, f"user_sets.{name}.behaviors", where))
+                 for name, spec in file.user_sets.items()}
+    agent, task, user = file.agent, file.task, file.user
+    outcome_of_status, status_meaning = _outcomes(task, where)
     scenario = Scenario(
-        name=_need(tree, "name", where),
-        description=str(tree.get("description", "")).strip(),
-        agent_role=_need(agent, "role", f"{where}: agent").strip(),
-        sop=_str_list(agent.get("sop"), "agent.sop", where),
-        facts=facts,
-        objective=_need(task, "objective", f"{where}: task").strip(),
-        user_persona=_need(user, "persona", f"{where}: user").strip(),
-        call_opening=str(task.get("call_opening", "(The call connects.)")),
-        outcome_of_status=outcome_of_status,
-        status_meaning=status_meaning,
-        schema=schema,
-        behaviors=behaviors,
-        rules=rules,
-        max_behaviors_per_category=per_cat,
-        status_guards=_load_guards(user.get("status_guards"), schema, where),
-        agent_title=str(agent.get("title", "agent")).strip(),
-        user_title=str(user.get("title", "user")).strip(),
-        channel=channel,
-        rule_user=rule_user,
-        user_sets=_load_user_sets(tree.get("user_sets"), schema, where),
-        source=str(path.resolve()),
-    )
+        name=file.name, description=file.description.strip(), agent_role=agent.role.strip(), sop=agent.sop,
+        facts=agent.facts, objective=task.objective.strip(), user_persona=user.persona.strip(),
+        call_opening=task.call_opening, outcome_of_status=outcome_of_status, status_meaning=status_meaning,
+        schema=schema, behaviors=behaviors, rules=rules,
+        max_behaviors_per_category=file.consistency.max_behaviors_per_category,
+        status_guards=_check_guards(user.status_guards, schema, where), agent_title=agent.title.strip(),
+        user_title=user.title.strip(), channel=task.channel.strip(),
+        rule_user=(load_rule_user(file.rule_user, agent.facts, categories, {b.text for b in behaviors}, where)
+                   if file.rule_user is not None else None),
+        user_sets=user_sets, source=str(path.resolve()))
     if not scenario.allowed_states():
-        raise ConfigError(f"{where}: field 'consistency.rules' forbids every state of the grid")
+        raise ConfigError(f"{where}: consistency.rules forbid every state of the grid")
     for name in scenario.user_sets:
         if not scenario.allowed_states(name):
-            raise ConfigError(f"{where}: field 'user_sets.{name}.states' holds no state the consistency rules allow")
+            raise ConfigError(f"{where}: user_sets.{name}.states holds no state the consistency rules allow")
     return scenario

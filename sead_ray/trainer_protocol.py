@@ -210,7 +210,7 @@ class StepMetrics:
         return asdict(self)
 
     @classmethod
-    def no_step(cls, agent_tokens: int) -> "StepMetrics":
+    def no_step(cls, agent_tokens: int) -> StepMetrics:
         """The record of a step skipped for want of signal: its loss and gradient are 0 by definition."""
         return cls(loss=0.0, pg_loss=0.0, kl=0.0, entropy=None, clip_fraction=None, grad_norm=0.0,
                    agent_tokens=agent_tokens, step_s=0.0, tokens_per_s=None, logprob_mismatch_mean=None,

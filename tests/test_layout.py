@@ -50,9 +50,9 @@ def test_modules_stay_readable(package):
 # Lowest first. A module may import from its own layer and the ones below, never from above: the
 # contracts know no players, the players no loop, the loop no command line.
 LAYERS = [
-    ("contracts", ["sead_ray", "sead_ray.config_schema", "sead_ray.trainer_protocol", "sead_ray.jsonl", "sead_ray.state",
-                   "sead_ray.tokens", "sead_ray.speech", "sead_ray.significance", "sead_ray.models",
-                   "sead_ray.dashboard", "sead_ray.prompts.parsing", "placement", "placement.groups"]),
+    ("contracts", ["sead_ray", "sead_ray.typed_load", "sead_ray.config_schema", "sead_ray.trainer_protocol",
+                   "sead_ray.jsonl", "sead_ray.state", "sead_ray.tokens", "sead_ray.speech", "sead_ray.significance",
+                   "sead_ray.models", "sead_ray.dashboard", "sead_ray.prompts.parsing", "placement", "placement.groups"]),
     ("config and scenario", ["sead_ray.config", "sead_ray.concerns", "sead_ray.sim_rules", "sead_ray.scenario",
                              "sead_ray.profiles", "sead_ray.turn_protocol", "sead_ray.curriculum", "sead_ray.metrics",
                              "sead_ray.memory_plan", "sead_ray.grpo", "sead_ray.checkpoint", "sead_ray.report",

@@ -237,7 +237,7 @@ def test_a_scenario_without_a_rule_section_is_refused_clearly(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("mutate, needle", [
-    (lambda r: r.update(concerns=[]), "rule_user.concerns' must be a non-empty list"),
+    (lambda r: r.update(concerns=[]), "rule_user.concerns must not be empty"),
     (lambda r: r["concerns"][0].update(answered_by=[99]), "rule_user.concerns[0].answered_by"),
     (lambda r: r["concerns"][0].update(categories=["Nope"]), "rule_user.concerns[0].categories"),
     (lambda r: r["concerns"][0].update(behaviors=["Sings loudly"]), "rule_user.concerns[0].behaviors"),
@@ -247,11 +247,13 @@ def test_a_scenario_without_a_rule_section_is_refused_clearly(tmp_path, capsys):
     (lambda r: r["facts"][0].update(affirms=["gratis"]), "rule_user.facts[0].affirms"),
     (lambda r: (r["facts"][0]["affirms"].append("trial"), r["facts"][4]["denies"].append("trial")),
      "affirmed by one fact and denied by another"),
-    (lambda r: r["facts"].pop(), "rule_user.facts' must give"),
+    (lambda r: r["facts"].pop(), "rule_user.facts must give"),
     (lambda r: r.update(opening="Hello there."), "rule_user.opening"),
     (lambda r: r.update(ask="Thanks for your time."), "rule_user.ask"),
     (lambda r: r.update(endings={"accept": 3}), "rule_user.endings.accept"),
-    (lambda r: r.update(mood=1), "unknown field(s) ['mood']"),
+    (lambda r: r.update(lines={"cheer": "Yay"}), "rule_user.lines.cheer: not a line"),
+    (lambda r: r.update(repeat_overlap=0), "rule_user.repeat_overlap = 0.0 is out of range"),
+    (lambda r: r.update(mood=1), "unknown key 'rule_user.mood'"),
 ])
 def test_malformed_rule_sections_name_the_field(tmp_path, mutate, needle):
     tree = yaml.safe_load(SCENARIO.read_text())

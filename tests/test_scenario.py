@@ -44,24 +44,27 @@ def test_new_domain_needs_no_code(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, needle", [
-    (lambda t: t.pop("agent"), "missing required field 'agent'"),
-    (lambda t: t["agent"].update(sop="one step"), "field 'agent.sop' must be a non-empty list"),
+    (lambda t: t.pop("agent"), "missing required key 'agent'"),
+    (lambda t: t["agent"].update(sop="one step"), "agent.sop must be a list, got 'one step'"),
     (lambda t: t["task"]["outcomes"].pop("accept"), "task.outcomes.accept"),
     (lambda t: t["task"]["outcomes"]["accept"].update(outcome="yes"), "task.outcomes.accept"),
     (lambda t: t.update(state_schema=[{"name": "x", "levels": ["only"]}]), "needs at least 2 levels"),
     (lambda t: t.update(state_schema="flat"), "state_schema"),
-    (lambda t: t.update(extra_field=1), "unknown field(s) ['extra_field']"),
-    (lambda t: t.update(behaviors={"Cost": []}), "behaviors.Cost"),
+    (lambda t: t.update(extra_field=1), "unknown key 'extra_field'"),
+    (lambda t: t.update(behaviors={"Cost": []}), "behaviors.Cost must not be empty"),
     (lambda t: t.update(behaviors={"file": "nowhere.json"}), "behaviors.file"),
     (lambda t: t["consistency"].update(rules=[{"when": {"mood": 1}}]), "unknown dimension 'mood'"),
     (lambda t: t["consistency"].update(rules=[{"when": {"trust": [3, 1]}}]), "consistency.rules[0].when.trust"),
     (lambda t: t["consistency"].update(rules=[{"when": {"trust": 1}, "behavior_categories": ["Nope"]}]),
      "behavior_categories"),
-    (lambda t: t["consistency"].update(rules=[{"when": {"trust": [0, 5]}}]), "forbids every state"),
-    (lambda t: t.update(user_sets={"soft": {"states": {"mood": 1}}}), "'user_sets.soft.states' names unknown dimension"),
+    (lambda t: t["consistency"].update(rules=[{"when": {"trust": [0, 5]}}]), "forbid every state of the grid"),
+    (lambda t: t.update(user_sets={"soft": {"states": {"mood": 1}}}), "soft.states names unknown dimension 'mood'"),
     (lambda t: t.update(user_sets={"soft": {"states": {"trust": [4, 2]}}}), "user_sets.soft.states.trust"),
     (lambda t: t.update(user_sets={"soft": {"states": {"trust": 1}, "behaviors": [3, 1]}}), "user_sets.soft.behaviors"),
-    (lambda t: t.update(user_sets={"x": {"states": {"trust": 1}, "colour": 1}}), "user_sets.x' may have"),
+    (lambda t: t.update(user_sets={"x": {"states": {"trust": 1}, "colour": 1}}), "unknown key 'user_sets.x.colour'"),
+    (lambda t: t["task"]["outcomes"].update(win={"outcome": "success", "meaning": "won"}), "task.outcomes.win"),
+    (lambda t: t["agent"].update(role="  "), "agent.role must not be empty"),
+    (lambda t: t["user"].update(title=3), "user.title must be a string, got 3"),
 ])
 def test_malformed_scenarios_name_the_field(tmp_path, mutate, needle):
     tree = _base()

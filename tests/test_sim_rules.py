@@ -54,8 +54,9 @@ def test_a_call_counts_every_correction(scenario):
 @pytest.mark.parametrize("guards, needle", [
     ({"win": {"at_least": {"trust": 1}}}, "a guard is for accept, refuse or hangup"),
     ({"accept": {"at_least": {"mood": 1}}}, "unknown dimension 'mood'"),
-    ({"accept": {"at_least": {"trust": 9}}}, "accept.at_least.trust' must be a level 0..5"),
-    ({"accept": {"above": {"trust": 1}}}, "must have at_least and/or at_most"),
+    ({"accept": {"at_least": {"trust": 9}}}, "accept.at_least.trust must be a level 0..5"),
+    ({"accept": {"above": {"trust": 1}}}, "unknown key 'user.status_guards.accept.above'"),
+    ({"accept": {}}, "must have at_least and/or at_most"),
 ])
 def test_malformed_guards_name_the_field(tmp_path, guards, needle):
     tree = _base()
