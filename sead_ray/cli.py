@@ -184,7 +184,7 @@ def cmd_train(args) -> int:
 
     import ray
 
-    from .checkpoint import RunDirectoryBusy, latest_checkpoint, run_dir_lock
+    from .checkpoint import RunDirectoryBusy, run_dir_lock
     from .launch import train
 
     if args.resume:
@@ -197,16 +197,12 @@ def cmd_train(args) -> int:
     else:
         raise UsageError("train needs --config FILE (or --resume RUN_DIR)")
     cfg, scenario = load(str(config_path), args.overrides)
-    if args.resume:
-        _check_resumable(cfg, run_dir)
-    else:
+    if not args.resume:
         run_dir = check_out(Path(args.out or Path(cfg.output_dir) / time.strftime("run-%Y%m%d-%H%M%S")), "dir",
                              "--out" if args.out else "run directory")
-        if latest_checkpoint(run_dir) is not None:
-            raise UsageError(f"{run_dir} already holds a run with checkpoints: continue it with "
-                             f"`sead-ray train --resume {run_dir}` or choose another --out")
     try:
-        with run_dir_lock(run_dir):      # before Ray and any engine start (launch.train connects)
+        # where the run starts is decided inside (launch.resume_point), under the lock, before Ray starts
+        with run_dir_lock(run_dir):
             try:
                 summary = asyncio.run(train(cfg, scenario, run_dir, resume=bool(args.resume)))
             finally:
@@ -228,15 +224,6 @@ def cmd_train(args) -> int:
     else:
         print(f"  evaluate with : sead-ray eval --config {summary['run_dir']}/config.yaml --agent {summary['run_dir']}")
     return 130 if summary.get("interrupted") else 0
-
-
-def _check_resumable(cfg, run_dir: Path) -> None:
-    from .checkpoint import resume_conflicts
-    from .config import config_to_dict, load_config
-    changed = resume_conflicts(config_to_dict(load_config(run_dir / "config.yaml")), config_to_dict(cfg))
-    if changed:
-        raise UsageError(f"{run_dir}: cannot resume with {', '.join(changed)}: the run's checkpoints were made with "
-                         f"the first (start a new run with --out to change it)")
 
 
 def _write_report_quietly(run_dir: Path, schema, checkpoint: Optional[str]) -> Optional[Path]:

@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from .checkpoint import TrainState, latest_checkpoint, load_train_state, truncate_metrics
-from .config import SeadConfig, dump_config
+from .checkpoint import TrainState, latest_checkpoint, load_train_state, resume_conflicts, truncate_metrics
+from .config import ConfigError, SeadConfig, config_to_dict, dump_config, load_config
 from .controller import ProfileController
 from .jsonl import write_jsonl
 from .loop import SelfEvolutionLoop
@@ -53,6 +53,24 @@ def held_out_profiles(cfg: SeadConfig, scenario: Scenario, run_dir: Path) -> lis
     return profiles
 
 
+def resume_point(cfg: SeadConfig, run_dir: Path, resume: bool) -> Optional[Path]:
+    """Where a run starts, decided here only: `resume`, its latest checkpoint (None: from the beginning),
+    refused when `cfg` changes a key its checkpoints were made with; a new run refuses a directory that
+    already holds checkpoints (it would mix two runs' metrics)."""
+    checkpoint = latest_checkpoint(run_dir)
+    if not resume:
+        if checkpoint is not None:
+            raise ConfigError(f"{run_dir} already holds a run with checkpoints: continue it with "
+                              f"`sead-ray train --resume {run_dir}` or choose another --out")
+        return None
+    if (run_dir / "config.yaml").exists():
+        changed = resume_conflicts(config_to_dict(load_config(run_dir / "config.yaml")), config_to_dict(cfg))
+        if changed:
+            raise ConfigError(f"{run_dir}: cannot resume with {', '.join(changed)}: the run's checkpoints were made "
+                              f"with the first (start a new run with --out to change it)")
+    return checkpoint
+
+
 async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: bool = False) -> dict:
     """Run (or continue) the self-evolution loop in `run_dir`; returns a summary of the run."""
     from actors.training_system import TrainingSystem
@@ -60,8 +78,8 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     # Absolute: Ray Train runs its workers in a directory of its own, where a relative path would
     # silently put the checkpoints.
     run_dir = Path(run_dir).resolve()
+    checkpoint = resume_point(cfg, run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
         start = load_train_state(checkpoint)
         agent_model = str(checkpoint / "hf")
