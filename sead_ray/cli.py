@@ -281,6 +281,8 @@ def cmd_plan(args) -> int:
 def cmd_metrics(args) -> int:
     from .metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
 
+    if args.overrides and not args.config:
+        raise UsageError("metrics: --set changes a config, and no --config was given")
     schema = load(args.config, args.overrides)[1].schema if args.config else None
     try:
         records = read_dialogues(args.file, schema)

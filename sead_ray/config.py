@@ -8,19 +8,31 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from .config_schema import EMBEDDED_MODEL, ConfigError, SeadConfig
 
 __all__ = ["EMBEDDED_MODEL", "ConfigError", "SeadConfig", "config_to_dict", "dump_config", "load_config",
-           "parse_overrides", "yaml_problem"]
+           "parse_overrides", "parse_yaml"]
 from .jsonl import read_text
 from .trainer_protocol import WEIGHT_TRANSPORTS
 from .typed_load import build
 
 
-def yaml_problem(exc: yaml.YAMLError) -> str:
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text as data, or ConfigError: not valid YAML (with its line), or a value Python refuses to
+    build (an integer of more than 4,300 digits)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML{_yaml_problem(exc)}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{where}: a value cannot be read: {exc}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
     """A YAML error in one line, to follow "not valid YAML": ' at line L, column C: problem' (or ': problem')."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -34,10 +46,7 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
             raise ConfigError(f"--set {dotted}: '{k}' is not a section")
-    try:
-        node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {dotted}={raw}: the value is not valid YAML{yaml_problem(exc)}") from None
+    node[keys[-1]] = parse_yaml(raw, f"--set {dotted}={raw[:40]}{'...' if len(raw) > 40 else ''}") if raw != "" else ""
 
 
 def parse_overrides(overrides: list[str] | None) -> list[tuple[str, str]]:
@@ -58,11 +67,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     where = "<defaults>"
     if path is not None:
         where = str(path)
-        text = read_text(path, ConfigError, "config file")
-        try:
-            tree = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: not valid YAML{yaml_problem(exc)}") from None
+        tree = parse_yaml(read_text(path, ConfigError, "config file"), where) or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"{where}: the top level must be a mapping of keys")
     for key, raw in parse_overrides(overrides):

@@ -130,7 +130,8 @@ class EngineConfig:
 
 @dataclass
 class RayConfig:
-    address: str = option("", doc="Ray cluster address; empty = $RAY_ADDRESS or a new local cluster")
+    address: str = option("", doc="Ray cluster address; empty = $RAY_ADDRESS, else the cluster `ray start` "
+                          "started on this machine, else a new local one; local = always a new local one")
     num_cpus: int = option(0, 0, 1 << 16, "CPUs of a new local cluster (0 = all cores)")
     dashboard: bool = option(True, doc="start the Ray dashboard with a new local cluster")
     call_timeout_s: float = option(300.0, 1.0, 86400.0, "a call to the profile controller or the stats actor taking "

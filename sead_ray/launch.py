@@ -53,6 +53,9 @@ def held_out_profiles(cfg: SeadConfig, scenario: Scenario, run_dir: Path) -> lis
     return profiles
 
 
+RUN_FILES = ("config.yaml", "metrics.jsonl", "dialogues")   # what a started run leaves before its first checkpoint
+
+
 def resume_point(cfg: SeadConfig, run_dir: Path, resume: bool) -> Optional[Path]:
     """Where a run starts, decided here only: `resume`, its latest checkpoint (None: from the beginning),
     refused when `cfg` changes a key its checkpoints were made with; a new run refuses a directory that
@@ -62,6 +65,10 @@ def resume_point(cfg: SeadConfig, run_dir: Path, resume: bool) -> Optional[Path]
         if checkpoint is not None:
             raise ConfigError(f"{run_dir} already holds a run with checkpoints: continue it with "
                               f"`sead-ray train --resume {run_dir}` or choose another --out")
+        files = [name for name in RUN_FILES if (run_dir / name).exists()]
+        if files:
+            raise ConfigError(f"{run_dir} holds a run's files ({', '.join(files)}) but no complete checkpoint: "
+                              f"`sead-ray train --resume {run_dir}` starts that run over, or choose another --out")
         return None
     if (run_dir / "config.yaml").exists():
         changed = resume_conflicts(config_to_dict(load_config(run_dir / "config.yaml")), config_to_dict(cfg))

@@ -85,6 +85,11 @@ def _draw_behaviors(scenario: Scenario, pool: list[Behavior], state: State, k: i
     return tuple(sorted(chosen, key=lambda b: index[b.text]))
 
 
+# a run of the paper's size draws ~12k; far more would only be a typo, discovered hours later (with
+# curriculum.mode off nothing else bounds a draw: no N_max)
+MAX_PROFILES = 1_000_000
+
+
 def sampling_capacity(states: Sequence[State], draws: Mapping[State, int], n_max: int | None) -> int:
     """How many more profiles the states can supply before every one reaches N_max."""
     if n_max is None:
@@ -112,8 +117,8 @@ def sample_profiles(
     with this batch) is never drawn again. Within the batch no profile (state + behavior set) repeats
     when `dedup`. Raises ProfileSamplingError at once when the cap cannot supply n profiles.
     """
-    if n < 0:
-        raise ProfileSamplingError(f"cannot sample {n} profiles")
+    if not 0 <= n <= MAX_PROFILES:
+        raise ProfileSamplingError(f"cannot sample {n:,} profiles: 0 to {MAX_PROFILES:,} at a time")
     if not 0 <= min_behaviors <= max_behaviors:
         raise ProfileSamplingError(f"behaviors per profile: need 0 <= {min_behaviors} <= {max_behaviors}")
     counts = dict(draws or {})

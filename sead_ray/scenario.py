@@ -15,10 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
-
 from .concerns import RuleUserSpec, load_rule_user
-from .config import yaml_problem
+from .config import parse_yaml
 from .jsonl import read_text
 from .sim_rules import StatusGuard
 from .state import Dimension, State, StateSchema
@@ -284,10 +282,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and check a scenario file; errors name the file and the key."""
     path = Path(path)
     where = str(path)
-    try:
-        tree = yaml.safe_load(read_text(path, ConfigError, "scenario file"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML{yaml_problem(exc)}") from None
+    tree = parse_yaml(read_text(path, ConfigError, "scenario file"), where)
     if not isinstance(tree, dict):
         raise ConfigError(f"{where}: a scenario file must be a mapping of keys")
     file = build(ScenarioFile, tree, "", where)

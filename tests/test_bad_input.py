@@ -113,6 +113,17 @@ CASES = {
     "--set empty key": lambda t: (
         ["profiles", "sample", "--config", EMBEDDED_CONFIG, "--set", "train.=3", "--n", 1, "--out", t / "p.jsonl"],
         ["--set 'train.=3'", "empty key"]),
+    "--set integer of 5,000 digits": lambda t: (
+        ["profiles", "sample", "--config", EMBEDDED_CONFIG, "--set", "seed=" + "9" * 5000, "--n", 1, "--out", t / "p"],
+        ["--set seed=999", "cannot be read", "4300 digits"]),
+    "config file integer of 5,000 digits": lambda t: (
+        ["profiles", "sample", "--config", _write(t / "cfg.yaml", "seed: " + "9" * 5000 + "\n"), "--n", 1,
+         "--out", t / "p"], ["cfg.yaml", "cannot be read"]),
+    "metrics --set without --config": lambda t: (
+        ["metrics", _write(t / "d.jsonl", ""), "--set", "seed=1"], ["--set", "no --config"]),
+    "profiles --n huge with no N_max": lambda t: (
+        ["profiles", "sample", "--config", EMBEDDED_CONFIG, "--set", "curriculum.mode=off", "--n", 10**8,
+         "--out", t / "p"], ["100,000,000 profiles", "1,000,000"]),
     "config file not yaml": lambda t: (
         ["profiles", "sample", "--config", _write(t / "cfg.yaml", "train:\n  lr: [1,\n"), "--n", 1, "--out", t / "p"],
         ["cfg.yaml", "not valid YAML at line"]),

@@ -112,7 +112,10 @@ def test_resume_refuses_to_change_what_the_checkpoints_were_made_with(tmp_path, 
     assert main(["train", "--resume", str(run), "--set", "trainer.num_workers=4", "--set", "seed=9"]) == 2
     err = capsys.readouterr().err
     assert "cannot resume with seed 0 -> 9, trainer.num_workers 1 -> 4" in err and "Traceback" not in err
-    # a new run into a directory that holds checkpoints: refused too (it would mix two runs)
+    # a new run into a directory that holds a run (started, or with checkpoints): refused too (it would mix two)
+    assert main(["train", "--config", str(EMBEDDED_CONFIG), "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run} holds a run's files (config.yaml) but no complete checkpoint" in err and "Traceback" not in err
     save_checkpoint(lambda d: d.mkdir(parents=True), run, TrainState(1, {}, 1))
     assert main(["train", "--config", str(EMBEDDED_CONFIG), "--out", str(run)]) == 2
     err = capsys.readouterr().err

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,12 @@ def _agent_ports() -> list[str]:
             "--disable-usage-stats"]
 
 
+@dataclass
+class JobCluster:
+    address: str      # the dashboard's, for `ray job`
+    temp_dir: str     # RAY_TMPDIR under which `ray start --head` left its address file
+
+
 @pytest.fixture(scope="module")
 def job_cluster():
     """A cluster of its own (its own temp dir), stopped by killing only its processes: `ray stop`
@@ -56,15 +63,16 @@ def job_cluster():
     temp_dir = tempfile.mkdtemp(prefix="rjt", dir="/tmp")
     gcs_port, dashboard_port = free_port(), free_port()
     try:
+        # the head's temp dir is where Ray looks for a running cluster when RAY_TMPDIR is temp_dir
         _ray("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}", "--num-cpus=3",
-             "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}/head", *_agent_ports())
+             "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}/ray", *_agent_ports())
         # a temp dir of its own: on one machine the second node's runtime-env agent would otherwise
         # garbage-collect the job's working directory under the head's feet
         _ray("start", f"--address=127.0.0.1:{gcs_port}", "--num-cpus=1", '--resources={"rollout": 1}',
              f"--temp-dir={temp_dir}/node", *_agent_ports())
         with pytest.MonkeyPatch.context() as env:
             env.setenv("RAY_AUTH_MODE", "token")   # the cluster's mode: the Jobs SDK client sends the token
-            yield f"http://127.0.0.1:{dashboard_port}"
+            yield JobCluster(f"http://127.0.0.1:{dashboard_port}", temp_dir)
     finally:
         victims = [p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])
                    or f":{gcs_port}" in " ".join(p.info["cmdline"] or [])]
@@ -118,7 +126,7 @@ def _rows(run):
 
 @pytest.mark.timeout(2400)
 def test_submit_stop_and_resume_through_ray_jobs(job_cluster, tmp_path):
-    address, run = job_cluster, tmp_path / "run"
+    address, run = job_cluster.address, tmp_path / "run"
     first = _submit(address, "--config", EMBEDDED_CONFIG, "--out", run, *[a for s in SETTINGS for a in ("--set", s)])
     deadline = time.time() + 900
     while not _rows(run):   # iteration 1 done: `ray job stop` now lands in a later iteration
@@ -146,7 +154,7 @@ def test_submit_stop_and_resume_through_ray_jobs(job_cluster, tmp_path):
 
 
 def test_a_transport_the_cluster_cannot_carry_is_refused_before_engines_start(job_cluster, tmp_path):
-    address = job_cluster
+    address = job_cluster.address
     settings = [s for s in SETTINGS if not s.startswith("weight_sync.")] + ["weight_sync.transport=shm"]
     job = _submit(address, "--config", EMBEDDED_CONFIG, "--out", tmp_path / "shm",
                   *[a for s in settings for a in ("--set", s)])
@@ -155,3 +163,18 @@ def test_a_transport_the_cluster_cannot_carry_is_refused_before_engines_start(jo
     assert "needs the trainer's rank 0 and every agent engine on one node" in logs and "Traceback" not in logs, logs
     assert "starting" not in logs and "engines ready" not in logs        # no engine was started
     assert "exit code 2" in _ray("job", "status", "--address", address, job)
+
+
+def test_a_run_started_from_a_shell_joins_the_cluster_ray_start_started(job_cluster):
+    """`sead-ray train` in a shell of a machine where `ray start --head` runs: Ray finds that cluster by
+    itself and refuses the local cluster's sizes; the run joins it (one log line) instead of a traceback."""
+    code = ("import json, logging; logging.basicConfig(level=logging.INFO)\n"
+            "from actors.system import init_ray\nfrom sead_ray.config import load_config\n"
+            f"print(json.dumps(init_ray(load_config({str(EMBEDDED_CONFIG)!r}, ['ray.dashboard=false']))))")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**env, "RAY_TMPDIR": job_cluster.temp_dir, "RAY_AUTH_MODE": "token"})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    resources = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert resources["CPU"] == 4 and resources["rollout"] == 1      # the head's 3 and the second node's 1
+    assert "joining the Ray cluster started on this machine" in proc.stderr
