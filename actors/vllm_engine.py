@@ -89,6 +89,16 @@ def engine_kwargs(spec: EngineSpec) -> dict:
             **({"block_size": spec.block_size} if spec.block_size else {})}
 
 
+def pool_engine_kwargs(spec: EngineSpec) -> dict:
+    """engine_kwargs of an engine inside our engine actor: with tensor parallelism its workers are processes
+    of the actor (vLLM's `mp` executor) on the GPUs of the actor's one bundle. vLLM's default inside Ray,
+    its Ray executor, wants a bundle per GPU and refuses ours."""
+    kwargs = engine_kwargs(spec)
+    if spec.tensor_parallel_size > 1:
+        kwargs["distributed_executor_backend"] = "mp"
+    return kwargs
+
+
 class EngineLoad:
     """The engine's load as its own scheduler reports it after every step: the time some request was
     running (busy), running requests x time, and prompt tokens looked up in / served from the prefix
@@ -186,7 +196,7 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(
-            model=self.spec.model_path, **engine_kwargs(self.spec),
+            model=self.spec.model_path, **pool_engine_kwargs(self.spec),
             worker_extension_cls=WORKER_EXTENSION, disable_log_stats=False,
             enable_sleep_mode=self.spec.sleep_mode,
             weight_transfer_config=({"backend": self.spec.weight_transfer_backend}

@@ -61,6 +61,14 @@ def bundle_for(resources: Any) -> dict[str, float]:
     return bundle
 
 
+def tensor_parallel_bundles(resources: Any, tensor_parallel: int) -> list[dict[str, float]]:
+    """The bundles of one engine that ray.serve.llm places: one per tensor-parallel worker, each with its
+    share of the role's GPUs (one each: vLLM's Ray executor refuses a bundle of more than one GPU)."""
+    bundle = bundle_for(resources)
+    share = {k: v / tensor_parallel for k, v in bundle.items() if k in ("CPU", "GPU")}
+    return [{**bundle, **share}] * tensor_parallel
+
+
 def worker_resources(resources: Any) -> dict[str, float]:
     """A role's bundle as Ray Train's `resources_per_worker`."""
     return bundle_for(resources)

@@ -291,11 +291,12 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
     from actors.serve_agent import ServeSettings, build_agent_app
     from actors.system import ACTOR_ENV
     from actors.vllm_engine import engine_kwargs, engine_spec_from_config
+    from placement.groups import tensor_parallel_bundles
 
     path = str(resolve_model(model))
     role = cfg.placement.agent_policy
     spec = engine_spec_from_config(cfg, "agent_policy", path, cfg.seed)
-    bundles = [{"CPU": role.cpus, **({"GPU": role.gpus} if role.gpus else {})}] * spec.tensor_parallel_size
+    bundles = tensor_parallel_bundles(role, spec.tensor_parallel_size)
     env = {**ACTOR_ENV, **({} if role.gpus else {"VLLM_CPU_OMP_THREADS_BIND": "nobind"})}
     decoding = cfg.dialogue.agent_eval.as_params()
     app = build_agent_app(path, scenario, api_key, ServeSettings(

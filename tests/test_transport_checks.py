@@ -60,6 +60,28 @@ def test_engine_settings_follow_the_device_and_the_transport():
                       "placement.agent_policy.gpus=2", "agent.tensor_parallel_size=2")
     spec = engine_spec_from_config(gpu, "agent_policy", "m", 0)
     assert (spec.enforce_eager, spec.chunked_prefill, spec.tensor_parallel_size, spec.sleep_mode) == (False, True, 2, True)
+
+
+def test_tensor_parallel_engines_get_arguments_vllm_accepts():
+    """TP = 2: a pool engine runs its two workers as processes of its actor (one bundle of 2 GPUs, the `mp`
+    executor); `serve` gives ray.serve.llm one one-GPU bundle per worker (vLLM's Ray executor)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from actors.vllm_engine import engine_kwargs, engine_spec_from_config, pool_engine_kwargs
+    from placement.groups import plan_placement, tensor_parallel_bundles
+    cfg = tiny_config("placement.agent_policy.gpus=2", "placement.agent_policy.cpus=4", "agent.tensor_parallel_size=2",
+                      "placement.trainer.gpus=1", "weight_sync.transport=nccl")
+    spec = engine_spec_from_config(cfg, "agent_policy", "m", 0)
+    pool = pool_engine_kwargs(spec)
+    assert (pool["tensor_parallel_size"], pool["distributed_executor_backend"]) == (2, "mp")
+    assert plan_placement(cfg, {"agent_policy": 1})["agent_policy"].bundles == [{"CPU": 4.0, "GPU": 2.0}]
+    args = AsyncEngineArgs(model="m", **pool)      # vLLM's own argument type takes them
+    assert args.distributed_executor_backend == "mp" and args.tensor_parallel_size == 2
+    assert "distributed_executor_backend" not in engine_kwargs(spec)     # serve: ray.serve.llm's Ray executor
+    assert tensor_parallel_bundles(cfg.placement.agent_policy, 2) == [{"CPU": 2.0, "GPU": 1.0}] * 2
+    single = engine_spec_from_config(tiny_config(), "agent_policy", "m", 0)
+    assert "distributed_executor_backend" not in pool_engine_kwargs(single)
+    assert tensor_parallel_bundles(tiny_config().placement.agent_policy, 1) == [{"CPU": 0.5}]
     assert engine_spec_from_config(tiny_config(), "agent_policy", "m", 0).weight_transfer_backend == ""   # shm
 
 
