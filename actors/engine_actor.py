@@ -1,7 +1,8 @@
 """EngineActor: what every engine actor is, whatever role it plays. A vLLM engine (or none: the rule
 simulator) serving one weight version, taking the next one by any transport of actors.weight_sync, and
-giving its GPU to the trainer while it steps (colocated). The roles are thin subclasses made remote
-with @ray.remote: actors.agent_policy (generates the agent's turns), actors.user_sim (answers as the user)."""
+sleeping while the trainer steps (`placement.colocate`: on CPU, the sequencing of GPU colocation). The
+roles are thin subclasses made remote with @ray.remote: actors.agent_policy (generates the agent's
+turns), actors.user_sim (answers as the user)."""
 from __future__ import annotations
 
 import os
@@ -50,7 +51,7 @@ class EngineActor:
         self._serve(handle.version)
         return {"tensors": tensors, "apply_s": seconds, "version": handle.version}
 
-    # vLLM's weight-transfer API (gloo / nccl / ipc): called by the trainer's rank 0 through
+    # vLLM's weight-transfer API (gloo / nccl): called by the trainer's rank 0 through
     # actors.weight_sync.EnginePoolClient; update_weights blocks while the tensors stream in.
     async def init_weight_transfer_engine(self, init_info: dict) -> None:
         await self.engine.init_weight_transfer(init_info)

@@ -34,8 +34,7 @@ class EngineSpec:
     # is split into chunks kills the engine, "CPU Generator does not use offset"). CUDA: graphs + chunks.
     enforce_eager: bool = True
     chunked_prefill: bool = False
-    weight_transfer_backend: str = ""   # gloo / nccl / ipc: vLLM's weight-transfer API is set up at start
-    sleep_mode: bool = False            # CUDA: the engine can release its memory while the trainer steps
+    weight_transfer_backend: str = ""   # gloo / nccl: vLLM's weight-transfer API is set up at start
     # {"run", "role", "engine"}: export the engine's load (its scheduler's own stats) as Ray gauges
     metrics_tags: Optional[dict] = None
 
@@ -198,7 +197,6 @@ class VLLMEngine:
         args = AsyncEngineArgs(
             model=self.spec.model_path, **pool_engine_kwargs(self.spec),
             worker_extension_cls=WORKER_EXTENSION, disable_log_stats=False,
-            enable_sleep_mode=self.spec.sleep_mode,
             weight_transfer_config=({"backend": self.spec.weight_transfer_backend}
                                     if self.spec.weight_transfer_backend else None),
             # The sampled tokens' logprobs under the distribution they were drawn from (after the
@@ -316,7 +314,7 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
                       max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
                       block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
                       tensor_parallel_size=tensor_parallel,
-                      enforce_eager=not on_gpu, chunked_prefill=on_gpu, sleep_mode=on_gpu and cfg.placement.colocate,
+                      enforce_eager=not on_gpu, chunked_prefill=on_gpu,
                       weight_transfer_backend=transport if WEIGHT_TRANSPORTS[transport].vllm_api and takes_weights(cfg, role)
                       else "")
 

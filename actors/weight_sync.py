@@ -7,10 +7,9 @@ parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`
 - `shm`:          same node. Rank 0 copies each parameter into its place in one safetensors file under
                   /dev/shm, overwritten version after version; each engine reloads from it where it lies.
 - `object_store`: any node. Rank 0 `ray.put`s buckets of about `bucket_mb`; each engine fetches them.
-- `gloo` / `nccl` / `ipc`: vLLM's RL weight-transfer API (`vllm.distributed.weight_transfer`):
+- `gloo` / `nccl`: vLLM's RL weight-transfer API (`vllm.distributed.weight_transfer`):
                   the trainer engine of the backend streams tensors straight into every engine's
-                  workers (gloo: actors.gloo_transfer, ours, on CPU; nccl: between GPUs; ipc:
-                  colocated on the same GPUs).
+                  workers (gloo: actors.gloo_transfer, ours, on CPU; nccl: between GPUs).
 """
 from __future__ import annotations
 
@@ -220,23 +219,17 @@ def _nccl_info(rank: int, world_size: int, bucket_mb: int):
                                packed_buffer_size_bytes=bucket_mb << 20)
 
 
-def _ipc_info(rank: int, world_size: int, bucket_mb: int):
-    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
-    return IPCTrainerInitInfo(rank=rank)
-
-
 # each transport of vLLM's API (WEIGHT_TRANSPORTS[name].vllm_api) -> the builder of its trainer-side init
 # info (vLLM picks the trainer engine from the info's class)
 VLLM_BACKENDS: dict[str, Callable[..., Any]] = {
     "gloo": _gloo_info,
     "nccl": _nccl_info,
-    "ipc": _ipc_info,
 }
 assert set(VLLM_BACKENDS) == {name for name, needs in WEIGHT_TRANSPORTS.items() if needs.vllm_api}
 
 
 class VllmApiTransport:
-    """`gloo`, `nccl`, `ipc`: vLLM's trainer engine for the backend, built on the first send (every
+    """`gloo`, `nccl`: vLLM's trainer engine for the backend, built on the first send (every
     rank; rank 0 rendezvouses with every engine's workers), then one `send_weights` per version."""
 
     def __init__(self, agents: list, rank: int, bucket_mb: int, backend: str, workers_per_engine: int = 1):
@@ -306,7 +299,7 @@ def transport_placement_problem(cfg: Any, nodes: list[dict]) -> Optional[str]:
                 if all(n["Resources"].get(k, 0.0) >= v for k, v in need.items())]
     transport = cfg.weight_sync.transport
     needs = WEIGHT_TRANSPORTS[transport]
-    if needs.one_node and not needs.colocated:   # (colocated roles share their GPUs: one node by placement)
+    if needs.one_node:
         roles = ["trainer", "agent_policy"] + (["user_sim"] if cfg.user_sim.train else [])   # the engines trained
         candidates = sorted(set().union(*(hosts(role) for role in roles)))
         if len(candidates) > 1:

@@ -34,7 +34,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="embedded:smollm2-135m-instruct")
     p.add_argument("--repeats", type=int, default=3, help="versions sent per transport (the first sets up)")
-    p.add_argument("--transports", default="shm,object_store,gloo", help="comma-separated (nccl and ipc need GPUs)")
+    p.add_argument("--transports", default="shm,object_store,gloo", help="comma-separated (nccl needs GPUs)")
     p.add_argument("--json", default=None)
     p.add_argument("--no-trainer", action="store_true", help="skip the end-to-end run through the ZeRO-3 trainer")
     return p.parse_args()

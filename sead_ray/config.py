@@ -127,12 +127,10 @@ def _check_transport(cfg: SeadConfig, where: str) -> None:
         raise ConfigError(f"{where}: weight_sync.transport = {transport} needs CUDA on both ends, but "
                           f"placement.trainer.gpus = {p.trainer.gpus:g} and placement.agent_policy.gpus = "
                           f"{p.agent_policy.gpus:g}; use gloo, object_store or shm on CPU")
-    if needs.colocated and not p.colocate:
-        raise ConfigError(f"{where}: weight_sync.transport = ipc shares GPU memory between the trainer and the agent "
-                          "engines on the same GPUs: it needs placement.colocate = true (else use nccl)")
-    if p.colocate and needs.colocated is False and p.agent_policy.gpus > 0:
-        raise ConfigError(f"{where}: placement.colocate = true on GPUs moves weights over CUDA IPC: set "
-                          f"weight_sync.transport = ipc (got {transport})")
+    if p.colocate and (p.trainer.gpus > 0 or p.agent_policy.gpus > 0 or p.user_sim.gpus > 0):
+        raise ConfigError(f"{where}: placement.colocate = true is not supported on GPUs: Ray Train places the trainer "
+                          "ranks in a placement group of its own, which never shares a GPU with an engine; use "
+                          "placement.colocate = false and weight_sync.transport = nccl")
 
 
 # --------------------------------------------------------------------------- writing

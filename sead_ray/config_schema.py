@@ -154,7 +154,8 @@ class PlacementConfig:
     user_sim: RoleResources = option(RoleResources(cpus=0.5))
     trainer: RoleResources = option(RoleResources(cpus=0.5))
     timeout_s: float = option(60.0, 1.0, 86400.0, "fail fast when placement cannot be satisfied")
-    colocate: bool = option(False, doc="trainer and engines share the GPUs: engines sleep while the trainer steps")
+    colocate: bool = option(False, doc="CPU only: the engines sleep while the trainer steps (the sequencing of "
+                            "GPU colocation, which is not supported yet: README, On a Ray cluster)")
     gpu_memory_gib: float = option(0.0, 0.0, 4096.0, "memory of one GPU in GiB as torch reports it (A100 80 GB: 79.2, "
                                "A100 40 GB: 39.4, H100 80 GB: 79.1); 0 = this machine's GPU where it has one. "
                                "`sead-ray plan` refuses a config that does not fit it")
@@ -177,9 +178,9 @@ class TrainerConfig:
 
 @dataclass
 class WeightSyncConfig:
-    # shm/object_store: files or object-store buckets reloaded by each engine; gloo/nccl/ipc: vLLM's
-    # weight-transfer API (gloo on CPU, nccl between GPUs, ipc when colocated on the same GPUs).
-    transport: Literal["shm", "object_store", "gloo", "nccl", "ipc"] = option("shm")
+    # shm/object_store: files or object-store buckets reloaded by each engine; gloo/nccl: vLLM's
+    # weight-transfer API (gloo on CPU, nccl between GPUs).
+    transport: Literal["shm", "object_store", "gloo", "nccl"] = option("shm")
     bucket_mb: int = option(64, 1, 1 << 16, "object-store bucket / packed NCCL buffer size")
 
 

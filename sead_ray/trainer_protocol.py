@@ -239,15 +239,13 @@ class TransportNeeds:
     vllm_api: bool            # through vLLM's weight-transfer API: the trained roles' engines start with it set up
     cuda: bool                # CUDA on the trainer's and the engines' side
     one_node: bool            # the trainer's rank 0 and every engine it feeds on one node
-    colocated: Optional[bool]  # True: only with placement.colocate; False: never colocated on GPUs; None: either
 
 
 WEIGHT_TRANSPORTS: dict[str, TransportNeeds] = {
-    "shm": TransportNeeds(vllm_api=False, cuda=False, one_node=True, colocated=False),   # a file in /dev/shm
-    "object_store": TransportNeeds(vllm_api=False, cuda=False, one_node=False, colocated=False),
-    "gloo": TransportNeeds(vllm_api=True, cuda=False, one_node=False, colocated=False),
-    "nccl": TransportNeeds(vllm_api=True, cuda=True, one_node=False, colocated=False),
-    "ipc": TransportNeeds(vllm_api=True, cuda=True, one_node=True, colocated=True),     # CUDA IPC handles
+    "shm": TransportNeeds(vllm_api=False, cuda=False, one_node=True),   # a file in /dev/shm
+    "object_store": TransportNeeds(vllm_api=False, cuda=False, one_node=False),
+    "gloo": TransportNeeds(vllm_api=True, cuda=False, one_node=False),
+    "nccl": TransportNeeds(vllm_api=True, cuda=True, one_node=False),
 }
 
 

