@@ -5,6 +5,7 @@ roles are thin subclasses made remote with @ray.remote: actors.agent_policy (gen
 turns), actors.user_sim (answers as the user)."""
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Optional
@@ -26,6 +27,8 @@ class EngineActor:
         self.version = version
         self.asleep = False
         self.events: list[str] = []     # sleep / wake / weights vN, in order (the colocated sequence)
+        self.update_open = False        # a transfer session of vLLM's API was started and not finished
+        self.receiving: Optional[asyncio.Future] = None   # the tensors streaming in, if any
 
     async def start(self) -> dict:
         seconds = await self.engine.start() if self.engine is not None else 0.0
@@ -57,16 +60,36 @@ class EngineActor:
         await self.engine.init_weight_transfer(init_info)
 
     async def start_weight_update(self) -> None:
+        await self.abort_weight_update()    # a session a failed sync left open
         self._update_t0 = time.perf_counter()
         await self.engine.start_weight_update()
+        self.update_open = True
 
     async def update_weights(self, update_info: dict) -> None:
-        await self.engine.update_weights(update_info)
+        self.receiving = asyncio.ensure_future(self.engine.update_weights(update_info))
+        try:
+            await asyncio.shield(self.receiving)
+        finally:
+            self.receiving = None
 
     async def finish_weight_update(self, version: int) -> dict:
         await self.engine.finish_weight_update()
+        self.update_open = False
         self._serve(version)
         return {"version": version, "apply_s": time.perf_counter() - self._update_t0}
+
+    async def abort_weight_update(self) -> None:
+        """After a failed sync (a peer died): wait for tensors still expected (the transfer's collectives give
+        up after weight_sync.timeout_s), then close the session so that the next sync can start one. Until
+        that sync, which follows at once, the engine may hold a mix of two versions."""
+        if self.receiving is not None:
+            await asyncio.gather(self.receiving, return_exceptions=True)
+        if self.update_open:
+            try:
+                await self.engine.finish_weight_update()
+            except Exception:   # vLLM closes a session whose transfer raised by itself
+                pass
+            self.update_open = False
 
     def _serve(self, version: int) -> None:
         self.set_version(version)

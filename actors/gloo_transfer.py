@@ -30,15 +30,16 @@ from vllm.distributed.weight_transfer.nccl_engine import (
 from actors.vllm_engine import refresh_tied_lm_head
 
 BACKEND = "gloo"
-GROUP_TIMEOUT = timedelta(minutes=10)
 
 
-def _group(host: str, port: int, rank: int, world_size: int) -> torch.distributed.ProcessGroupGloo:
-    """Rank 0 hosts the store; every rank blocks here until all `world_size` ranks joined."""
-    store = torch.distributed.TCPStore(host, port, world_size, is_master=rank == 0, timeout=GROUP_TIMEOUT,
-                                       use_libuv=False)
+def _group(host: str, port: int, rank: int, world_size: int, timeout_s: float) -> torch.distributed.ProcessGroupGloo:
+    """Rank 0 hosts the store; every rank blocks here until all `world_size` ranks joined. Every wait of the
+    group, the joining and each broadcast, gives up after `timeout_s` (weight_sync.timeout_s): an engine
+    left waiting by a peer that died mid-transfer is free again for the next sync."""
+    timeout = timedelta(seconds=timeout_s)
+    store = torch.distributed.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, use_libuv=False)
     return torch.distributed.ProcessGroupGloo(torch.distributed.PrefixStore("sead-weights", store), rank, world_size,
-                                              GROUP_TIMEOUT)
+                                              timeout)
 
 
 def _broadcast(group: torch.distributed.ProcessGroupGloo, tensor: torch.Tensor) -> None:
@@ -54,6 +55,7 @@ class GlooWeightTransferInitInfo(WeightTransferInitInfo):
     rank_offset: int              # group rank of this engine's worker 0
     world_size: int               # 1 (the trainer) + every worker of every engine
     packed: bool = False          # accepted for the NCCL-shaped payload; gloo sends tensor by tensor
+    timeout_s: float = 600.0      # weight_sync.timeout_s
 
 
 class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, NCCLWeightTransferUpdateInfo]):
@@ -67,7 +69,8 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
 
     def init_transfer_engine(self, init_info: GlooWeightTransferInitInfo) -> None:
         rank = init_info.rank_offset + self.parallel_config.rank
-        self.group = _group(init_info.master_address, init_info.master_port, rank, init_info.world_size)
+        self.group = _group(init_info.master_address, init_info.master_port, rank, init_info.world_size,
+                            init_info.timeout_s)
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
@@ -94,6 +97,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
 class GlooTrainerInitInfo(NCCLTrainerInitInfo):
     backend: ClassVar[str] = BACKEND
     packed: bool = False
+    timeout_s: float = 600.0
 
 
 class GlooTrainerWeightTransferEngine(NCCLTrainerWeightTransferEngine):
@@ -111,12 +115,12 @@ class GlooTrainerWeightTransferEngine(NCCLTrainerWeightTransferEngine):
         if not engine.is_sender:
             return engine
         worker_info = GlooWeightTransferInitInfo(init_info.master_address, init_info.master_port, 1,
-                                                 init_info.world_size)
+                                                 init_info.world_size, timeout_s=init_info.timeout_s)
         # The workers block in init until every rank joined: join as rank 0 while they do.
         with ThreadPoolExecutor(max_workers=1) as pool:
             joined = pool.submit(engine.client.init_weight_transfer_engine, asdict(worker_info))
             engine.model_update_group = _group(init_info.master_address, init_info.master_port, 0,
-                                               init_info.world_size)
+                                               init_info.world_size, init_info.timeout_s)
             joined.result()
         return engine
 

@@ -36,6 +36,7 @@ from sead_ray.trainer_protocol import (
     SyncResult,
     TrainerError,
     TrainerSettings,
+    WeightSyncFailed,
     WorkerFailure,
     WorkerReady,
     aggregate_step,
@@ -205,8 +206,8 @@ class _Worker:
         if self.transport is None:
             from actors.weight_sync import make_transport
             agents = request.agents if request.agents is not None else agents
-            self.transport = make_transport(request.transport, agents=agents, rank=self.rank,
-                                            bucket_mb=request.bucket_mb, workers_per_engine=request.workers_per_engine)
+            self.transport = make_transport(request.transport, agents=agents, rank=self.rank, bucket_mb=request.bucket_mb,
+                                            workers_per_engine=request.workers_per_engine, timeout_s=request.timeout_s)
         return self.transport.send(self.weights(), request.version)
 
     def save(self, request: SaveRequest) -> float:
@@ -268,6 +269,10 @@ def train_loop_per_worker(config: dict) -> None:
         request, shard = ray.get(mailbox.take_request.remote(seq, rank))
         try:
             result = handlers[type(request)](request, shard)
+        except WeightSyncFailed:   # every rank finished its part: the driver may sync again to other engines
+            ray.get(mailbox.post_result.remote(seq, rank, WorkerFailure(rank, traceback.format_exc())))
+            seq += 1
+            continue
         except Exception:
             # The driver gets the traceback at once; then this rank ends the training run, so that Ray Train
             # tears down the ranks left waiting in a collective instead of leaving them hung.
@@ -373,7 +378,8 @@ class TrainerGroup:
             self.agents = list(agents)
         tensor_parallel = (self.cfg.agent if self.role == "agent" else self.cfg.user_sim).tensor_parallel_size
         return self._request(SyncRequest(version, sync.transport, sync.bucket_mb, tensor_parallel,
-                                         None if agents is None else self.agents))[0]
+                                         None if agents is None else self.agents, sync.timeout_s),
+                             timeout_s=sync.timeout_s)[0]
 
     def save(self, directory: Path) -> float:
         return max(self._request(SaveRequest(str(directory))))

@@ -74,6 +74,7 @@ class TrainedRole:
                 raise
             log.warning("weight sync v%d failed on a dead %s engine: replacing it and syncing again (%s)",
                         self.version, self.name, str(exc).splitlines()[0])
+        await self.pool.call_alive("abort_weight_update")   # engines the dead one left waiting for tensors
         await self.pool.settle()
         return await asyncio.to_thread(self.trainer.sync_weights, self.version, self._changed_engines())
 

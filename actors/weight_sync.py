@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any, Optional, Protocol
 
 from actors.weight_files import SharedWeightFile, discard, tensor_nbytes, write_private_weights
-from sead_ray.trainer_protocol import WEIGHT_TRANSPORTS, SyncResult
+from sead_ray.trainer_protocol import WEIGHT_TRANSPORTS, SyncResult, WeightSyncFailed
 
 log = logging.getLogger(__name__)
 
@@ -208,12 +208,13 @@ def _rendezvous() -> dict:
     return {"master_address": ray.util.get_node_ip_address(), "master_port": _free_port()}
 
 
-def _gloo_info(rank: int, world_size: int, bucket_mb: int):
+def _gloo_info(rank: int, world_size: int, bucket_mb: int, timeout_s: float):
     from actors.gloo_transfer import GlooTrainerInitInfo
-    return GlooTrainerInitInfo(**_rendezvous(), world_size=world_size, rank=rank)
+    return GlooTrainerInitInfo(**_rendezvous(), world_size=world_size, rank=rank, timeout_s=timeout_s)
 
 
-def _nccl_info(rank: int, world_size: int, bucket_mb: int):
+def _nccl_info(rank: int, world_size: int, bucket_mb: int, timeout_s: float):
+    # (vLLM's PyNccl communicator takes no timeout: only the driver's wait bounds a hung NCCL sync)
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
     return NCCLTrainerInitInfo(**_rendezvous(), world_size=world_size, rank=rank, packed=True,
                                packed_buffer_size_bytes=bucket_mb << 20)
@@ -232,29 +233,37 @@ class VllmApiTransport:
     """`gloo`, `nccl`: vLLM's trainer engine for the backend, built on the first send (every
     rank; rank 0 rendezvouses with every engine's workers), then one `send_weights` per version."""
 
-    def __init__(self, agents: list, rank: int, bucket_mb: int, backend: str, workers_per_engine: int = 1):
+    def __init__(self, agents: list, rank: int, bucket_mb: int, backend: str, workers_per_engine: int = 1,
+                 timeout_s: float = 600.0):
         self.client = EnginePoolClient(agents, workers_per_engine)
-        self.rank, self.bucket_mb, self.backend = rank, bucket_mb, backend
+        self.rank, self.bucket_mb, self.backend, self.timeout_s = rank, bucket_mb, backend, timeout_s
         self.engine = None
         self.source = _Relay()
 
     def send(self, source: WeightSource, version: int) -> Optional[SyncResult]:
         t0 = time.perf_counter()
-        self.source.current, self.client.version = source, version
-        if self.engine is None:
-            from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+        self.source.current, self.source.active, self.client.version = source, None, version
+        try:
+            if self.engine is None:
+                from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-            from actors.gloo_transfer import register
-            register()   # the trainer process loads no vLLM plugins by itself
-            info = VLLM_BACKENDS[self.backend](self.rank, self.client.world_size, self.bucket_mb)
-            self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.client, source=self.source)
-        self.engine.send_weights()
+                from actors.gloo_transfer import register
+                register()   # the trainer process loads no vLLM plugins by itself
+                info = VLLM_BACKENDS[self.backend](self.rank, self.client.world_size, self.bucket_mb, self.timeout_s)
+                self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.client, source=self.source)
+            self.engine.send_weights()
+        except Exception as exc:
+            # An engine died or a transfer failed. Every rank gathers every parameter (a collective): finish
+            # the gathers the other ranks are in, so that they return and the trainer stays usable; the
+            # transfer group is broken and is rebuilt on the next send.
+            self.source.drain()
+            self.close()
+            raise WeightSyncFailed(f"weight sync v{version} ({self.backend}) failed: {exc!r}") from exc
         if self.rank != 0:
             return None
         nbytes = sum(tensor_nbytes(m.dtype, m.shape) for m in source.metadata())
         # gathering and sending are one stream here: no separate publish time
         return SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0)
-
 
     def close(self) -> None:
         """Release the trainer side of the group (the engines re-initialise theirs on the next send)."""
@@ -266,12 +275,20 @@ class VllmApiTransport:
 class _Relay:
     """The engine keeps one source for its lifetime; each send points it at that version's weights."""
     current: Any = None
+    active: Any = None     # the iteration of the send in progress
 
     def metadata(self) -> list:
         return self.current.metadata()
 
     def __iter__(self):
-        return iter(self.current)
+        self.active = iter(self.current)
+        return self.active
+
+    def drain(self) -> None:
+        """The rest of the send's iteration (all of it if the send failed before it began)."""
+        for _ in self.active if self.active is not None else iter(self.current):
+            pass
+        self.active = None
 
 
 TRANSPORTS: dict[str, Callable[..., WeightTransport]] = {
@@ -281,10 +298,13 @@ TRANSPORTS: dict[str, Callable[..., WeightTransport]] = {
 }
 
 
-def make_transport(name: str, *, agents: list, rank: int, bucket_mb: int, workers_per_engine: int = 1) -> WeightTransport:
+def make_transport(name: str, *, agents: list, rank: int, bucket_mb: int, workers_per_engine: int = 1,
+                   timeout_s: float = 600.0) -> WeightTransport:
     if name not in TRANSPORTS:
         raise ValueError(f"unknown weight-sync transport {name!r} (one of {sorted(TRANSPORTS)})")
-    return TRANSPORTS[name](agents=agents, rank=rank, bucket_mb=bucket_mb, workers_per_engine=workers_per_engine)
+    extra = {"timeout_s": timeout_s} if name in VLLM_BACKENDS else {}
+    return TRANSPORTS[name](agents=agents, rank=rank, bucket_mb=bucket_mb, workers_per_engine=workers_per_engine,
+                            **extra)
 
 
 def transport_placement_problem(cfg: Any, nodes: list[dict]) -> Optional[str]:

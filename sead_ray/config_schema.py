@@ -182,6 +182,8 @@ class WeightSyncConfig:
     # weight-transfer API (gloo on CPU, nccl between GPUs).
     transport: Literal["shm", "object_store", "gloo", "nccl"] = option("shm")
     bucket_mb: int = option(64, 1, 1 << 16, "object-store bucket / packed NCCL buffer size")
+    timeout_s: float = option(600.0, 5.0, 86400.0, "a weight sync taking longer fails (the driver's wait; with gloo "
+                              "also the transfer's collectives, so engines left waiting by a dead peer give up)")
 
 
 @dataclass

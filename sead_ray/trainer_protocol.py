@@ -17,6 +17,11 @@ class TrainerError(RuntimeError):
     """A training rank failed (the message carries its traceback) or stopped answering."""
 
 
+class WeightSyncFailed(RuntimeError):
+    """A weight sync failed on its way to the engines (one died, a transfer timed out) after every rank
+    finished its part: the trainer goes on, and the sync can be redone to a changed list of engines."""
+
+
 @dataclass
 class Sample:
     """One trajectory as the trainer needs it."""
@@ -129,6 +134,7 @@ class SyncRequest:
     bucket_mb: int
     workers_per_engine: int = 1   # the agent engines' tensor-parallel size
     agents: Optional[list] = None  # a changed list of agent engines (one was restarted): the transport is rebuilt
+    timeout_s: float = 600.0       # weight_sync.timeout_s: the transfer group's collectives
 
 
 @dataclass

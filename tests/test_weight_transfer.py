@@ -24,7 +24,7 @@ def system(ray_cluster, scenario, tmp_path_factory):
     cfg = tiny_config("user_sim.backend=rule", "weight_sync.transport=gloo", "agent.engines=2", "train.batch_size=4",
                       "train.micro_batch_size=2", "train.lr=1e-2", "placement.agent_policy.cpus=0.25",
                       "placement.trainer.cpus=0.25", "trainer.zero_stage=3",   # the GPU setting: gathers
-                      "trainer.num_workers=2", "trainer.threads_per_worker=1")
+                      "trainer.num_workers=2", "trainer.threads_per_worker=1", "weight_sync.timeout_s=30")
     roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, run_dir))
     trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, agents=list(roles.agents.actors.values()))
     trainer.start()
@@ -68,3 +68,28 @@ def test_every_version_reaches_both_engines_through_vllms_api(system, scenario):
     # the weights did move: the engines' greedy continuation or its logprobs changed
     assert any(a.token_ids != b.token_ids or max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) > 1e-3
                for a, b in zip(before, outs))
+
+
+
+def test_a_sync_that_meets_a_dead_engine_replaces_it_and_every_engine_serves_the_version(system):
+    """An agent engine killed before a sync, through the run's own path (TrainedRole.publish): the sync fails
+    within weight_sync.timeout_s instead of hanging; rank 0 first finishes the ZeRO-3 gathers rank 1 is in, so
+    the trainer goes on (a failed sync is not a failed trainer); the live engine's open transfer is closed, the
+    dead one is replaced in its bundle, and both then serve the version."""
+    import time
+    from functools import partial
+
+    import ray
+
+    from actors.system import restart_engine
+    from actors.training_system import TrainedRole
+    cfg, roles, trainer = system
+    trained = TrainedRole("agent", roles.agents, trainer, partial(restart_engine, roles, "agent"), version=3)
+    ray.kill(roles.agents.actors["agent-1"], no_restart=True)
+    t0 = time.monotonic()
+    result = asyncio.run(trained.publish())
+    seconds = time.monotonic() - t0
+    assert result.version == 3 and roles.agents.restarts == {"agent-1": 1}
+    assert ray.get([a.get_version.remote() for a in roles.agents.actors.values()]) == [3, 3]
+    # the failed sync (at most its timeout), the replacement's start-up, its push, the sync again
+    assert seconds < cfg.weight_sync.timeout_s + 120, seconds
