@@ -87,7 +87,7 @@ class StatsActor:
             self.writer.flush()
 
     def record_roles(self, health: dict[str, dict]) -> None:
-        """Per role (agent, user_sim, ...): engines alive and dead, and restarts so far."""
+        """Per role (agent, user, ...): engines alive and dead, and restarts so far."""
         for role, counts in health.items():
             tags = {"run": self.run_dir.name, "role": role}
             for key in ("alive", "dead", "restarts"):

@@ -110,17 +110,17 @@ class RolloutRoles:
     agent_path: str = ""           # the model the agent engines start from ("" for an endpoint agent)
     run: str = ""                  # the run's name, a tag of every engine gauge
     agent_endpoint: Any = None     # an agent behind an OpenAI-compatible endpoint instead of engines
-    restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user_sim": 0})
+    restarts: dict[str, int] = field(default_factory=lambda: {"agent": 0, "user": 0})
 
     def engine_spec(self, role: str, model_path: str, seed: int, bind: str, name: str):
         spec = engine_spec_from_config(self.cfg, role, model_path, seed, bind)
-        spec.metrics_tags = {"run": self.run, "role": "agent" if role == "agent_policy" else role, "engine": name}
+        spec.metrics_tags = {"run": self.run, "role": role, "engine": name}
         return spec
 
     def health(self) -> dict[str, dict]:
         """Per role: engines alive, dead, and replaced so far (the gauges of StatsActor.record_roles)."""
         return {role: {"alive": len(pool.alive), "dead": len(pool.dead), "restarts": self.restarts[role]}
-                for role, pool in (("agent", self.agents), ("user_sim", self.users))}
+                for role, pool in (("agent", self.agents), ("user", self.users))}
 
     @property
     def agent(self) -> Any:
@@ -128,7 +128,7 @@ class RolloutRoles:
         return next(iter(self.agents.actors.values()))
 
     def endpoints(self) -> RolloutEndpoints:
-        user_engines = len(self.users.actors) if self.cfg.user_sim.backend == "vllm" else 0
+        user_engines = len(self.users.actors) if self.cfg.user.backend == "vllm" else 0
         return RolloutEndpoints(self.agent_endpoint or self.agents, self.users, self.tokenizer,
                                 len(self.agents.actors) + user_engines)
 
@@ -156,21 +156,21 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     script = script_class(agent_model)     # script:CLASS: a scripted agent, no engine either
     agent_path = "" if endpoint or script else str(resolve_model(agent_model))
     # `user_model`: a resumed run whose simulator is trained too (its checkpoint's user/hf)
-    user_path = str(resolve_model(user_model or cfg.models.user)) if cfg.user_sim.backend == "vllm" else ""
+    user_path = str(resolve_model(user_model or cfg.models.user)) if cfg.user.backend == "vllm" else ""
     n_agent, n_user = 0 if agent_path == "" else cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
-    counts = {"agent_policy": n_agent, "user_sim": n_user, "stats": int(with_stats), "controller": int(with_controller),
+    counts = {"agent": n_agent, "user": n_user, "stats": int(with_stats), "controller": int(with_controller),
               "trainer": trainer_workers}
     plan = create_placement_groups(cfg, counts)
     log.info("placement: %s", "; ".join(f"{r}: {rp.describe()}" for r, rp in plan.items()))
 
     timeout = cfg.engine.request_timeout_s
     roles = RolloutRoles(cfg, scenario, AgentPool({}, max_restarts=cfg.agent.max_restarts, request_timeout_s=timeout),
-                         UserSimPool({}, max_restarts=cfg.user_sim.max_restarts, request_timeout_s=timeout),
+                         UserSimPool({}, max_restarts=cfg.user.max_restarts, request_timeout_s=timeout),
                          plan=plan, user_path=user_path, run=Path(run_dir).name if run_dir else "", agent_path=agent_path)
-    roles.users.restart_fn = partial(restart_engine, roles, "user_sim")
+    roles.users.restart_fn = partial(restart_engine, roles, "user")
     roles.agents.restart_fn = partial(restart_engine, roles, "agent")
     agents = [launch_agent(roles, i) for i in range(n_agent)]
-    users = [launch_user_sim(roles, i) for i in range(n_user)]
+    users = [launch_user(roles, i) for i in range(n_user)]
     t0 = time.perf_counter()
     log.info("starting %d engine(s): agent %s x %d; user simulator %s x %d", n_agent + (n_user if user_path else 0),
              agent_model, n_agent, cfg.models.user if user_path else "rule", n_user)
@@ -190,7 +190,7 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.agents.add(f"agent-{index}", actor, {**info, "placement_index": index})
     for index, ((name, actor), info) in enumerate(zip(users, started[n_agent:])):
         roles.users.add(name, actor, {**info, "placement_index": index})
-    roles.startup = {"agents": started[:n_agent], "user_sims": started[n_agent:]}
+    roles.startup = {"user": started[n_agent:]}     # and "agent": its engine's, script's or endpoint's
     if script:
         roles.agent_endpoint = ScriptAgent(scenario, script)
         roles.startup["agent"] = {"script": script}
@@ -224,30 +224,30 @@ async def start_engine(cfg: SeadConfig, actor: Any) -> dict:
 
 
 def launch_agent(roles: RolloutRoles, index: int) -> Any:
-    """Create (not yet start) the agent engine actor in bundle `index` of the agent_policy role."""
-    spec = roles.engine_spec("agent_policy", roles.agent_path, roles.cfg.seed + 1000 * index,
+    """Create (not yet start) the agent engine actor in bundle `index` of the agent role."""
+    spec = roles.engine_spec("agent", roles.agent_path, roles.cfg.seed + 1000 * index,
                              _engine_bind(roles.cfg, index), f"agent-{index}")
-    return AgentPolicyActor.options(**actor_options(roles.plan, "agent_policy", index)).remote(spec)
+    return AgentPolicyActor.options(**actor_options(roles.plan, "agent", index)).remote(spec)
 
 
-def launch_user_sim(roles: RolloutRoles, index: int) -> tuple[str, Any]:
-    """Create (not yet start) the user simulator actor in bundle `index` of the user_sim role."""
+def launch_user(roles: RolloutRoles, index: int) -> tuple[str, Any]:
+    """Create (not yet start) the user simulator actor in bundle `index` of the user role."""
     cfg = roles.cfg
     name = f"user-sim-{index}"
-    spec = (roles.engine_spec("user_sim", roles.user_path, cfg.seed + 1 + index,
+    spec = (roles.engine_spec("user", roles.user_path, cfg.seed + 1 + index,
                               _engine_bind(cfg, cfg.agent.engines + index), name)
             if roles.user_path else None)
-    actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user_sim", index)).remote(
-        name, roles.scenario, cfg.user_sim.backend, cfg.dialogue.user.as_params(), spec=spec,
-        rule={"accept_phrase": cfg.user_sim.rule.accept_phrase, "patience": cfg.user_sim.rule.patience},
-        reply_max_chars=cfg.dialogue.user_reply_max_chars, trained=cfg.user_sim.train)
+    actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user", index)).remote(
+        name, roles.scenario, cfg.user.backend, cfg.dialogue.user.as_params(), spec=spec,
+        rule={"accept_phrase": cfg.user.rule.accept_phrase, "patience": cfg.user.rule.patience},
+        reply_max_chars=cfg.dialogue.user_reply_max_chars, trained=cfg.user.train)
     return name, actor
 
 
 async def restart_engine(roles: RolloutRoles, role: str, name: str) -> tuple[Any, dict]:
-    """A dead engine's replacement (role `agent` or `user_sim`), started in the same bundle of its placement
+    """A dead engine's replacement (role `agent` or `user`), started in the same bundle of its placement
     group with the model on disk (a trained role brings it to its current weights: TrainedRole.restart)."""
-    pool, launch = (roles.agents, launch_agent) if role == "agent" else (roles.users, lambda r, i: launch_user_sim(r, i)[1])
+    pool, launch = (roles.agents, launch_agent) if role == "agent" else (roles.users, lambda r, i: launch_user(r, i)[1])
     index = pool.info[name]["placement_index"]
     ray.kill(pool.actors[name], no_restart=True)   # dead already, or alive with a dead engine
     actor = launch(roles, index)
@@ -257,13 +257,13 @@ async def restart_engine(roles: RolloutRoles, role: str, name: str) -> tuple[Any
 
 
 async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Optional[dict]:
-    """`user_sim.engines: auto`, between iterations: drop engines whose node left the cluster (or that
+    """`user.engines: auto`, between iterations: drop engines whose node left the cluster (or that
     died), then start one engine per unit of the rollout resource the pool does not use yet (nodes that
     joined). Returns {"before", "after", "removed", "added"} when the pool changed, else None."""
     cfg, pool = roles.cfg, roles.users
-    if cfg.user_sim.engines != "auto" or "user_sim" not in roles.plan:
+    if cfg.user.engines != "auto" or "user" not in roles.plan:
         return None
-    rp = roles.plan["user_sim"]
+    rp = roles.plan["user"]
     await pool.settle()   # engines being restarted in their bundle are not removed from under the restart
     before = len(pool.actors)
 
@@ -287,13 +287,13 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
         removed.append(name)
     added = []
     while len(pool.actors) < target:
-        index = add_actor_group(rp, bundle_for(cfg.placement.user_sim), timeout_s)
+        index = add_actor_group(rp, bundle_for(cfg.placement.user), timeout_s)
         if index is None:
             log.warning("user simulator pool: the cluster offers %d rollout unit(s) but another engine could not be "
                         "placed within %.0f s (free: %s); keeping %d engine(s)", target, timeout_s, free_resources(),
                         len(pool.actors))
             break
-        name, actor = launch_user_sim(roles, index)
+        name, actor = launch_user(roles, index)
         try:
             info = await start_engine(roles.cfg, actor)
         except Exception as exc:
@@ -303,7 +303,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
             break
         pool.add(name, actor, {**info, "placement_index": index})
         added.append(name)
-    roles.restarts["user_sim"] += min(lost, len(added))   # an engine lost and one started in its place
+    roles.restarts["user"] += min(lost, len(added))   # an engine lost and one started in its place
     if not removed and not added:
         return None
     change = {"before": before, "after": len(pool.actors), "removed": removed, "added": added}

@@ -4,9 +4,8 @@ The driver posts typed requests (sead_ray.trainer_protocol) to a `TrainerMailbox
 per rank; every worker loop takes its request, runs it on its DeepSpeed ZeRO-3 engine, and posts a
 typed result back. ZeRO-3 for real: parameters, gradients and optimizer states are partitioned over
 the ranks; weight sync and checkpoints gather each parameter with every rank taking part (it is a
-collective) and only rank 0 keeping the full tensor (the OpenRLHF order: gather, then send).
-
-On CPU: gloo, 2 workers. On GPUs: the same code with NCCL.
+collective) and only rank 0 keeping the full tensor (the OpenRLHF order: gather, then send). On CPU
+the ranks talk over gloo, on GPUs the same code over NCCL.
 """
 from __future__ import annotations
 
@@ -92,7 +91,7 @@ class TrainerMailbox:
 
 def _release_freed_memory() -> None:
     """Hand the step's freed activations back to the OS (glibc keeps freed heap otherwise): an idle trainer
-    then holds its weights and optimizer state only, e.g. while a second trainer group steps (user_sim.train)."""
+    then holds its weights and optimizer state only, e.g. while a second trainer group steps (user.train)."""
     import ctypes
     import gc
     gc.collect()
@@ -131,7 +130,7 @@ class _Worker:
             # A 6-turn call is ~2k tokens: stored activations of every layer dominated the workers' memory.
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tokenizer = AutoTokenizer.from_pretrained(s.model_path)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.pad_id = self.tokenizer.pad_token_id or 0
         optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, betas=(0.9, 0.999), weight_decay=0.0)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config,
                                                                   dist_init_required=False)
@@ -143,8 +142,7 @@ class _Worker:
             ref_model.requires_grad_(False)
             self.ref, *_ = deepspeed.initialize(model=ref_model, config=ref_config, dist_init_required=False)
             self.ref.eval()
-        self.steps = 0
-        self.transport = None      # actors.weight_sync transport, built at the first sync
+        self.steps, self.transport = 0, None     # the actors.weight_sync transport is built at the first sync
 
     def ready(self) -> WorkerReady:
         params = list(self.engine.module.parameters())
@@ -198,15 +196,14 @@ class _Worker:
         from actors.weight_sync import GatheredWeights
         return GatheredWeights(self.engine.module, self.settings.zero_stage, self.rank)
 
-    def sync_weights(self, request: SyncRequest, agents: list) -> Optional[SyncResult]:
-        """Every rank takes part (gathers are collectives); rank 0 ships to every agent engine."""
-        if request.agents is not None and self.transport is not None:   # an engine was replaced
-            self.transport.close()
-            self.transport = None
-        if self.transport is None:
+    def sync_weights(self, request: SyncRequest, engines: list) -> Optional[SyncResult]:
+        """Every rank takes part (gathers are collectives); rank 0 ships to every engine of the trained role."""
+        if self.transport is None or request.engines is not None:   # the first sync, or an engine was replaced
             from actors.weight_sync import make_transport
-            agents = request.agents if request.agents is not None else agents
-            self.transport = make_transport(request.transport, agents=agents, rank=self.rank, bucket_mb=request.bucket_mb,
+            if self.transport is not None:
+                self.transport.close()
+            self.transport = make_transport(request.transport, engines=engines if request.engines is None else
+                                            request.engines, rank=self.rank, bucket_mb=request.bucket_mb,
                                             workers_per_engine=request.workers_per_engine, timeout_s=request.timeout_s)
         return self.transport.send(self.weights(), request.version)
 
@@ -258,7 +255,7 @@ def train_loop_per_worker(config: dict) -> None:
         return
     handlers = {
         StepRequest: worker.step,
-        SyncRequest: lambda request, _: worker.sync_weights(request, config["agents"]),
+        SyncRequest: lambda request, _: worker.sync_weights(request, config["engines"]),
         SaveRequest: lambda request, _: worker.save(request),
         LoadRequest: lambda request, _: worker.load(request),
         LogprobsRequest: worker.logprobs,
@@ -269,15 +266,14 @@ def train_loop_per_worker(config: dict) -> None:
         request, shard = ray.get(mailbox.take_request.remote(seq, rank))
         try:
             result = handlers[type(request)](request, shard)
-        except WeightSyncFailed:   # every rank finished its part: the driver may sync again to other engines
-            ray.get(mailbox.post_result.remote(seq, rank, WorkerFailure(rank, traceback.format_exc())))
-            seq += 1
-            continue
-        except Exception:
-            # The driver gets the traceback at once; then this rank ends the training run, so that Ray Train
-            # tears down the ranks left waiting in a collective instead of leaving them hung.
-            ray.get(mailbox.post_result.remote(seq, rank, WorkerFailure(rank, traceback.format_exc())))
-            raise
+        except Exception as exc:
+            # The driver gets the traceback at once. After a failed weight sync every rank is past its part
+            # (the driver may sync again to other engines); any other failure ends the training run, so that
+            # Ray Train tears down the ranks left waiting in a collective instead of leaving them hung.
+            result = WorkerFailure(rank, traceback.format_exc())
+            if not isinstance(exc, WeightSyncFailed):
+                ray.get(mailbox.post_result.remote(seq, rank, result))
+                raise
         ray.get(mailbox.post_result.remote(seq, rank, result))
         if isinstance(request, StopRequest):
             return
@@ -291,11 +287,11 @@ def train_loop_per_worker(config: dict) -> None:
 class TrainerGroup:
     """Driver-side handle: start the TorchTrainer once, then send it GRPO steps and sync requests."""
 
-    def __init__(self, cfg: Any, model_path: str, run_dir: Path, agents: Sequence[Any] = (), role: str = "agent"):
-        self.cfg, self.role = cfg, role   # role `user`: the simulator's trainer (user_sim.train)
+    def __init__(self, cfg: Any, model_path: str, run_dir: Path, engines: Sequence[Any] = (), role: str = "agent"):
+        self.cfg, self.role = cfg, role   # role `user`: the simulator's trainer (user.train)
         self.settings = TrainerSettings.from_config(cfg, model_path, role)
         self.run_dir = Path(run_dir).resolve()
-        self.agents = list(agents)       # the agent engines every weight version goes to
+        self.engines = list(engines)     # the engines of the trained role: every weight version goes to them
         self.world = cfg.trainer.num_workers
         self.seq = 0
         self.request_lock = threading.Lock()
@@ -317,7 +313,7 @@ class TrainerGroup:
         backend = cfg.trainer.backend if cfg.trainer.backend != "auto" else ("nccl" if use_gpu else "gloo")
         trainer = TorchTrainer(
             train_loop_per_worker,
-            train_loop_config={"mailbox": self.mailbox, "agents": self.agents, "settings": self.settings},
+            train_loop_config={"mailbox": self.mailbox, "engines": self.engines, "settings": self.settings},
             scaling_config=ScalingConfig(num_workers=self.world, use_gpu=use_gpu,
                                          resources_per_worker=worker_resources(cfg.placement.trainer),
                                          placement_strategy=cfg.placement.strategy),
@@ -370,15 +366,15 @@ class TrainerGroup:
         results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples)), shards)
         return aggregate_step(results, time.perf_counter() - t0)
 
-    def sync_weights(self, version: int, agents: Optional[Sequence[Any]] = None) -> SyncResult:
+    def sync_weights(self, version: int, engines: Optional[Sequence[Any]] = None) -> SyncResult:
         """Send the current weights as `version` to the role's engines: those given (a changed list, an
         engine was replaced) or the ones of the previous sync. Both roles by the configured transport."""
         sync = self.cfg.weight_sync
-        if agents is not None:
-            self.agents = list(agents)
-        tensor_parallel = (self.cfg.agent if self.role == "agent" else self.cfg.user_sim).tensor_parallel_size
-        return self._request(SyncRequest(version, sync.transport, sync.bucket_mb, tensor_parallel,
-                                         None if agents is None else self.agents, sync.timeout_s),
+        if engines is not None:
+            self.engines = list(engines)
+        return self._request(SyncRequest(version, sync.transport, sync.bucket_mb,
+                                         getattr(self.cfg, self.role).tensor_parallel_size,   # agent, user
+                                         None if engines is None else self.engines, sync.timeout_s),
                              timeout_s=sync.timeout_s)[0]
 
     def save(self, directory: Path) -> float:

@@ -49,7 +49,7 @@ class TrainedRole:
     """A role whose model is trained, and the whole trip of its weights: its engine pool, its trainer group
     and the one version counter (each GRPO step makes the next version; `publish` sends it to every live
     engine; an engine that dies is replaced and brought to the current version before it serves)."""
-    name: str                 # agent, or user (user_sim.train)
+    name: str                 # agent, or user (user.train)
     pool: StickyRouter
     trainer: Any
     relaunch: Callable[[str], Awaitable[tuple]]   # a dead engine's replacement, with the model on disk
@@ -88,7 +88,7 @@ class TrainedRole:
     def _changed_engines(self) -> Optional[list]:
         """The live engines when they differ from those of the trainer's last sync, else None."""
         live = [self.pool.actors[n] for n in self.pool.alive]
-        return None if live == self.trainer.agents else live
+        return None if live == self.trainer.engines else live
 
 
 class TrainingSystem:
@@ -102,7 +102,7 @@ class TrainingSystem:
         self.trained = {"agent": TrainedRole("agent", roles.agents, trainer, partial(restart_engine, roles, "agent"))}
         if user_trainer is not None:
             self.trained["user"] = TrainedRole("user", roles.users, user_trainer,
-                                               partial(restart_engine, roles, "user_sim"))
+                                               partial(restart_engine, roles, "user"))
         self.last_controller_state: dict = {}  # the controller's state after its last call
 
     @classmethod
@@ -117,13 +117,13 @@ class TrainingSystem:
         if blind:
             raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
                               "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
-        groups = 2 if cfg.user_sim.train else 1
+        groups = 2 if cfg.user.train else 1
         trainers: dict[str, TrainerGroup] = {}
 
         async def start_trainers(roles: RolloutRoles, agents: list, users: list) -> None:
-            trainers["agent"] = TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir, agents=agents)
-            if cfg.user_sim.train:
-                trainers["user"] = TrainerGroup(cfg, roles.user_path, run_dir, agents=users, role="user")
+            trainers["agent"] = TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir, engines=agents)
+            if cfg.user.train:
+                trainers["user"] = TrainerGroup(cfg, roles.user_path, run_dir, engines=users, role="user")
             for trainer in trainers.values():
                 await asyncio.to_thread(trainer.start)
 

@@ -1,5 +1,5 @@
 """UserSimActor (the user's role on an engine actor, actors.engine_actor: frozen, or trained with
-user_sim.train) and the pool router that spreads dialogues over them.
+user.train) and the pool router that spreads dialogues over them.
 
 Back-ends behind one interface, `respond(UserRequest) -> UserTurnOutput`:
 - `vllm`: a frozen LLM on a vLLM AsyncLLM engine, decoding under the JSON schema of a user turn;
@@ -33,7 +33,7 @@ class UserSimActor(EngineActor):
             raise ValueError("the vllm back-end needs an EngineSpec")
         super().__init__(spec if backend != "rule" else None, version)
         self.name = name
-        self.trained = trained   # user_sim.train: return the token ids of each turn
+        self.trained = trained   # user.train: return the token ids of each turn
         self.scenario = scenario
         self.backend = backend
         self.sampling = sampling

@@ -298,15 +298,15 @@ class VLLMEngine:
 
 def takes_weights(cfg: Any, role: str) -> bool:
     """The engines of `role` take each new weight version from a trainer (the agent's; the simulator's with
-    user_sim.train)."""
-    return role == "agent_policy" or cfg.user_sim.train
+    user.train)."""
+    return role == "agent" or cfg.user.train
 
 
 def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
-    """The engine of `role` (agent_policy or user_sim): CUDA settings where the role has GPUs."""
+    """The engine of `role` (agent or user): CUDA settings where the role has GPUs."""
     on_gpu = getattr(cfg.placement, role).gpus > 0
     transport = cfg.weight_sync.transport
-    tensor_parallel = (cfg.agent if role == "agent_policy" else cfg.user_sim).tensor_parallel_size
+    tensor_parallel = getattr(cfg, role).tensor_parallel_size   # the config's section of the role: agent, user
     kv_cache_mb = cfg.engine.kv_cache_mb
     if kv_cache_mb == "auto":
         kv_cache_mb = engine_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
@@ -336,8 +336,8 @@ def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: in
     from sead_ray.scenario import load_scenario
     shape = memory_plan.ModelShape.from_hf_config(Path(model_path) / "config.json")
     prompt_tokens = len(agent_system_prompt(load_scenario(cfg.resolve_path(cfg.scenario)))) // 3
-    user_engines = cfg.user_sim.engines if isinstance(cfg.user_sim.engines, int) else 1
-    engines = cfg.agent.engines + (user_engines if cfg.user_sim.backend == "vllm" else 0)
+    user_engines = cfg.user.engines if isinstance(cfg.user.engines, int) else 1
+    engines = cfg.agent.engines + (user_engines if cfg.user.backend == "vllm" else 0)
     # on a GPU the cap is the device: what its memory leaves after the weights and the engine's runtime
     mb, why = memory_plan.auto_kv_cache_mb(cfg, shape, tensor_parallel, prompt_tokens,
                                            None if on_gpu else psutil.virtual_memory().available, engines,

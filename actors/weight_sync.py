@@ -1,5 +1,5 @@
 """Weight sync: one interface (`WeightTransport`), a registry keyed by `weight_sync.transport`, from
-the trainer's ranks to every agent engine.
+the trainer's ranks to every engine of the trained role (the agent's, or the simulator's under user.train).
 
 Every trainer rank calls `send(source, version)` with the same `source` (under ZeRO-3 gathering each
 parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`.
@@ -75,8 +75,8 @@ class GatheredWeights:
 class _FileTransport:
     """Base of `shm` and `object_store`: rank 0 publishes a handle, every engine applies it."""
 
-    def __init__(self, agents: list, rank: int, bucket_mb: int, workers_per_engine: int = 1):
-        self.agents, self.rank, self.bucket_mb = agents, rank, bucket_mb
+    def __init__(self, engines: list, rank: int, bucket_mb: int, workers_per_engine: int = 1):
+        self.engines, self.rank, self.bucket_mb = engines, rank, bucket_mb
 
     def close(self) -> None:
         """Nothing is held between versions."""
@@ -93,7 +93,7 @@ class _FileTransport:
             return None
         handle = self.publish(source, version)
         published = time.perf_counter() - t0
-        applied = ray.get([agent.apply_weights.remote(handle) for agent in self.agents])
+        applied = ray.get([engine.apply_weights.remote(handle) for engine in self.engines])
         return SyncResult(version, handle.nbytes / 2**20, published, max(a["apply_s"] for a in applied),
                           time.perf_counter() - t0)
 
@@ -158,24 +158,24 @@ async def apply_handle(engine: Any, handle: WeightHandle) -> tuple[int, float]:
 
 
 class EnginePoolClient:
-    """vLLM's weight-sync client protocol (`VLLMWeightSyncClient`) over the agent engine actors.
+    """vLLM's weight-sync client protocol (`VLLMWeightSyncClient`) over the engine actors of the trained role.
 
     vLLM's trainer engines address one inference deployment whose workers sit at group ranks
     `rank_offset + worker rank`; our pool is several separate engines, so engine i's workers are
     shifted by i x workers per engine."""
 
-    def __init__(self, agents: list, workers_per_engine: int):
-        self.agents, self.workers_per_engine = agents, workers_per_engine
+    def __init__(self, engines: list, workers_per_engine: int):
+        self.engines, self.workers_per_engine = engines, workers_per_engine
         self.version = 0
         self.apply_s: Optional[float] = None
 
     @property
     def world_size(self) -> int:
-        return 1 + len(self.agents) * self.workers_per_engine
+        return 1 + len(self.engines) * self.workers_per_engine
 
     def _all(self, call: Callable[[int, Any], Any]) -> list:
         import ray
-        return ray.get([call(i, agent) for i, agent in enumerate(self.agents)])
+        return ray.get([call(i, engine) for i, engine in enumerate(self.engines)])
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
         def shifted(i: int) -> dict:
@@ -233,9 +233,9 @@ class VllmApiTransport:
     """`gloo`, `nccl`: vLLM's trainer engine for the backend, built on the first send (every
     rank; rank 0 rendezvouses with every engine's workers), then one `send_weights` per version."""
 
-    def __init__(self, agents: list, rank: int, bucket_mb: int, backend: str, workers_per_engine: int = 1,
+    def __init__(self, engines: list, rank: int, bucket_mb: int, backend: str, workers_per_engine: int = 1,
                  timeout_s: float = 600.0):
-        self.client = EnginePoolClient(agents, workers_per_engine)
+        self.client = EnginePoolClient(engines, workers_per_engine)
         self.rank, self.bucket_mb, self.backend, self.timeout_s = rank, bucket_mb, backend, timeout_s
         self.engine = None
         self.source = _Relay()
@@ -298,12 +298,12 @@ TRANSPORTS: dict[str, Callable[..., WeightTransport]] = {
 }
 
 
-def make_transport(name: str, *, agents: list, rank: int, bucket_mb: int, workers_per_engine: int = 1,
+def make_transport(name: str, *, engines: list, rank: int, bucket_mb: int, workers_per_engine: int = 1,
                    timeout_s: float = 600.0) -> WeightTransport:
     if name not in TRANSPORTS:
         raise ValueError(f"unknown weight-sync transport {name!r} (one of {sorted(TRANSPORTS)})")
     extra = {"timeout_s": timeout_s} if name in VLLM_BACKENDS else {}
-    return TRANSPORTS[name](agents=agents, rank=rank, bucket_mb=bucket_mb, workers_per_engine=workers_per_engine,
+    return TRANSPORTS[name](engines=engines, rank=rank, bucket_mb=bucket_mb, workers_per_engine=workers_per_engine,
                             **extra)
 
 
@@ -320,7 +320,7 @@ def transport_placement_problem(cfg: Any, nodes: list[dict]) -> Optional[str]:
     transport = cfg.weight_sync.transport
     needs = WEIGHT_TRANSPORTS[transport]
     if needs.one_node:
-        roles = ["trainer", "agent_policy"] + (["user_sim"] if cfg.user_sim.train else [])   # the engines trained
+        roles = ["trainer", "agent"] + (["user"] if cfg.user.train else [])   # the engines trained
         candidates = sorted(set().union(*(hosts(role) for role in roles)))
         if len(candidates) > 1:
             return (f"weight_sync.transport = shm needs the trainer's rank 0 and every agent engine on one node "

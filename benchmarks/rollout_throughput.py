@@ -5,7 +5,7 @@ dialogue dependencies (same prompts and seeds, so the same generations).
 
     python benchmarks/rollout_throughput.py                       # embedded SmolLM2 agent and simulator, 32 calls
     python benchmarks/rollout_throughput.py --n 16 --rounds 2 --set dialogue.max_turns=8 --json r.json
-    python benchmarks/rollout_throughput.py --set user_sim.backend=rule --set curriculum.user_set=soft   # the demo's user
+    python benchmarks/rollout_throughput.py --set user.backend=rule --set curriculum.user_set=soft   # the demo's user
 
 The simulator is an LLM on its own engine by default (the paper's setting, and the one where the schedule
 matters: in lock-step turns each engine idles while the other generates). With the demo's `rule` user, which
@@ -52,7 +52,7 @@ async def main(args) -> dict:
     from sead_ray.rollout import run_dialogues
     from sead_ray.scenario import load_scenario
 
-    defaults = ["ray.dashboard=false", "dialogue.max_turns=6", "user_sim.backend=vllm", "curriculum.user_set="]
+    defaults = ["ray.dashboard=false", "dialogue.max_turns=6", "user.backend=vllm", "curriculum.user_set="]
     cfg = load_config(args.config, defaults + args.overrides)
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
     init_ray(cfg)
@@ -113,7 +113,7 @@ async def main(args) -> dict:
     user_keys = ("user_busy_fraction", "user_prefix_hit_rate") if "user_busy_fraction" in figures["async"][0] else ()
     summary = {
         "n": args.n, "rounds": args.rounds, "agent": cfg.models.agent,
-        "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
+        "user": cfg.user.backend if cfg.user.backend == "rule" else cfg.models.user,
         "user_engines": len(roles.users.actors), "max_turns": cfg.dialogue.max_turns,
         **{f"{s}_{k}": mean(s, k) for s in figures for k in ("dialogues_per_s", "agent_tokens_per_s", "wall_s",
                                                              "agent_busy_fraction", "agent_mean_running",
@@ -123,7 +123,7 @@ async def main(args) -> dict:
     summary["async_over_turn_sync"] = summary["async_dialogues_per_s"] / summary["turn_sync_dialogues_per_s"]
     summary["async_over_ceiling"] = summary["async_dialogues_per_s"] / summary["ceiling_dialogues_per_s"]
     print(f"\nrollout throughput: {args.n} dialogues x {args.rounds} round(s), agent {summary['agent']}, "
-          f"user {summary['user_sim']} x {summary['user_engines']}, T_max {summary['max_turns']}")
+          f"user {summary['user']} x {summary['user_engines']}, T_max {summary['max_turns']}")
     print(f"{'schedule':<22}{'dialogues/s':>14}{'agent tokens/s':>17}{'wall s':>10}{'agent busy':>12}"
           f"{'mean batch':>12}{'prefix hits':>13}" + (f"{'user busy':>11}{'user prefix hits':>18}" if user_keys else ""))
     for s, label in (("async", "per-dialogue async"), ("turn_sync", "turn-synchronous"),

@@ -87,7 +87,7 @@ def end_to_end_sync(model_path: Path, agent, repeats: int, version: int) -> list
     from sead_ray.trainer_protocol import Sample
     cfg = load_config(ROOT / "configs" / "embedded.yaml", [f"models.agent={model_path}", "weight_sync.transport=shm",
                                                           "train.lr=1e-3", "placement.trainer.cpus=0.5"])
-    trainer = TrainerGroup(cfg, str(model_path), Path(tempfile.mkdtemp(prefix="sead-sync-bench-")), agents=[agent])
+    trainer = TrainerGroup(cfg, str(model_path), Path(tempfile.mkdtemp(prefix="sead-sync-bench-")), engines=[agent])
     trainer.start()
     runs = []
     try:
@@ -140,7 +140,7 @@ async def main(args) -> dict:
     version = 0
     for transport in [t for t in args.transports.split(",") if t]:
         runs = []
-        sender = make_transport(transport, agents=[agent], rank=0, bucket_mb=64)
+        sender = make_transport(transport, engines=[agent], rank=0, bucket_mb=64)
         for r in range(args.repeats):
             weights = perturbed if r % 2 == 0 else original
             version += 1

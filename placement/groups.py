@@ -1,7 +1,7 @@
 """Placement groups from the config: one group per role, one bundle per actor of the role.
 
-Following verl's role -> resource-pool mapping: each role (`controller`, `stats`, `agent_policy`,
-`user_sim`, `trainer`) gets a placement group whose bundles describe what one of its actors needs
+Following verl's role -> resource-pool mapping: each role (`controller`, `stats`, `agent`,
+`user`, `trainer`) gets a placement group whose bundles describe what one of its actors needs
 (CPUs, GPUs, and optionally a custom node resource such as `rollout` that pins user simulators to
 rollout nodes). A group that cannot be placed fails fast with a message saying which role needs what.
 
@@ -9,7 +9,7 @@ The trainer is planned and checked like every role, but its group is not created
 places its workers itself (`worker_resources` gives them the same bundle), so only the check that the
 cluster can hold it all, with the same message, happens before anything starts.
 
-An *elastic* role (the user simulators with `user_sim.engines: auto`) gets one single-bundle group per
+An *elastic* role (the user simulators with `user.engines: auto`) gets one single-bundle group per
 actor instead, so that the pool can grow onto nodes that join and drop the groups of nodes that left
 without Ray rescheduling a shared group underneath the live actors.
 """
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-ROLES = ("controller", "stats", "agent_policy", "user_sim", "trainer")
+ROLES = ("controller", "stats", "agent", "user", "trainer")
 EXTERNAL_ROLES = ("trainer",)   # placed by another library (Ray Train); checked, not created here
 
 
@@ -75,16 +75,16 @@ def worker_resources(resources: Any) -> dict[str, float]:
 
 
 def user_engine_count(cfg: Any, cluster_resources: Mapping[str, float]) -> int:
-    """`user_sim.engines`, with `auto` = one engine per unit of the user_sim node resource (at least 1)."""
-    engines = cfg.user_sim.engines
+    """`user.engines`, with `auto` = one engine per unit of the user node resource (at least 1)."""
+    engines = cfg.user.engines
     if engines != "auto":
         return int(engines)
-    resource = cfg.placement.user_sim.node_resource
+    resource = cfg.placement.user.node_resource
     return max(1, int(cluster_resources.get(resource, 0))) if resource else 1
 
 
 def elastic_roles(cfg: Any) -> tuple[str, ...]:
-    return ("user_sim",) if cfg.user_sim.engines == "auto" else ()
+    return ("user",) if cfg.user.engines == "auto" else ()
 
 
 def plan_placement(cfg: Any, counts: Mapping[str, int]) -> dict[str, RolePlacement]:

@@ -10,7 +10,7 @@ Variants (the paper's Table 3):
              at all (free-form profiles: it picks its own starting mood)
 - train_urm  the simulator trained too, against the agent (symmetric self-play): a second trainer group
              runs GRPO on the simulator's turns with the opposite of the agent's outcome reward
-             (`user_sim.train`, which needs the LLM simulator). Two trainer groups need twice the
+             (`user.train`, which needs the LLM simulator). Two trainer groups need twice the
              trainer resources (on the 2-core embedded default: one worker each, see the README).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ VARIANTS: dict[str, list[str]] = {
     "full": [],
     "wo_ma": ["curriculum.mode=uniform"],
     "wo_ma_ps": ["curriculum.mode=uniform", "curriculum.profile_sampling=false"],
-    "train_urm": ["user_sim.backend=vllm", "user_sim.train=true"],
+    "train_urm": ["user.backend=vllm", "user.train=true"],
 }
 
 

@@ -33,7 +33,7 @@ class TrainState:
     iteration: int                 # last completed iteration
     controller: dict               # ProfileController.state_dict() after that iteration
     policy_version: int
-    user_policy_version: int = 0   # user_sim.train: the simulator's weights (in the checkpoint's user/)
+    user_policy_version: int = 0   # user.train: the simulator's weights (in the checkpoint's user/)
 
     @classmethod
     def from_json(cls, data: dict) -> TrainState:
@@ -161,7 +161,7 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
 # What a run's checkpoints and curriculum were made with: changing one on resume would fail after the
 # engines started (DeepSpeed shards per rank) or silently mix two runs (scenario, seed, model).
 FIXED_FOR_A_RUN = ("scenario", "seed", "models.agent", "models.dtype", "trainer.num_workers", "trainer.zero_stage",
-                   "user_sim.train")
+                   "user.train")
 
 
 def resume_conflicts(saved: dict, wanted: dict) -> list[str]:

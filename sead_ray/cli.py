@@ -156,14 +156,14 @@ def cmd_simcheck(args) -> int:
 
     async def check(respond) -> dict:
         result = await run_simcheck(scenario, profiles, respond, rules=rules, seed=seed,
-                                    simulator=cfg.models.user if cfg.user_sim.backend == "vllm" else "rule",
+                                    simulator=cfg.models.user if cfg.user.backend == "vllm" else "rule",
                                     by_set=bool(sets))
         if args.adversarial:
             add_battery(result, await run_battery(scenario, profiles, respond, max_turns=cfg.dialogue.max_turns,
                                                   rules=rules, seed=seed))
         return result
 
-    if cfg.user_sim.backend == "rule":   # no Ray: the rule simulator is called in this process
+    if cfg.user.backend == "rule":   # no Ray: the rule simulator is called in this process
         result = asyncio.run(check(rule_respond(cfg, scenario)))
     else:
         import ray
@@ -269,7 +269,7 @@ def cmd_plan(args) -> int:
             return model_shape(reference, folder)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    user = shape(cfg.models.user) if cfg.user_sim.backend == "vllm" else None
+    user = shape(cfg.models.user) if cfg.user.backend == "vllm" else None
     agent, device = shape(cfg.models.agent), device_memory_bytes(cfg)
     print(format_plan(cfg, agent, user, device))
     problems = fit_problems(plan_roles(cfg, agent, user, device), cfg, agent, device)

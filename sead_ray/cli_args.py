@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "eval", help="run an agent against the frozen user simulator and print the paper's metrics",
         description="Evaluate an agent: every profile of a fixed set (a file, or N profiles sampled with a seed) is "
                     "called once with the config's explicit evaluation decoding (dialogue.agent_eval); the frozen "
-                    "simulator (user_sim.backend) plays the user. Prints CR, ATT +- std, UPA, EI/TI/CI, parse "
+                    "simulator (user.backend) plays the user. Prints CR, ATT +- std, UPA, EI/TI/CI, parse "
                     "failures and dialogues/s, and writes dialogues.jsonl, profiles.jsonl, summary.json and the "
                     "resolved config into --out.",
         epilog="example:\n  sead-ray eval --config configs/embedded.yaml --agent embedded:smollm2-135m-instruct "
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     # simcheck
     sc = sub.add_parser(
         "simcheck", help="check that the user simulator rewards better agent turns (simulator fidelity)",
-        description="Feed the configured user simulator (user_sim.backend) scripted agent turns of graded quality "
+        description="Feed the configured user simulator (user.backend) scripted agent turns of graded quality "
                     "from the same initial states: after the scenario's honest opening, one turn each of fact (answers the "
                     "concern the user voiced), small_talk, off_topic, early_close (asks for the decision at once) and "
                     "red_flag (a request no honest agent makes, with pressure); the texts come from the scenario. "
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  sead-ray simcheck --config configs/embedded.yaml --n 24 --out simcheck-rule\n"
                "  sead-ray simcheck --config configs/embedded.yaml --adversarial --n 50 --user-sets soft,hard "
                "--out simcheck-adv\n"
-               "  sead-ray simcheck --config configs/embedded.yaml --set user_sim.backend=vllm --n 24 "
+               "  sead-ray simcheck --config configs/embedded.yaml --set user.backend=vllm --n 24 "
                "--user-sets soft,hard --out simcheck-llm", formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_args(sc)
     sc.add_argument("--n", type=count, required=True, help="profiles per user set")

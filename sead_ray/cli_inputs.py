@@ -17,10 +17,10 @@ def load(config_path: Optional[str], overrides: Sequence[str]):
     from .scenario import load_scenario
     cfg = load_config(config_path, list(overrides))
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
-    if cfg.user_sim.backend == "rule" and scenario.rule_user is None:
-        raise ConfigError(f"{scenario.source}: user_sim.backend is 'rule', and the rule simulator is written from the "
+    if cfg.user.backend == "rule" and scenario.rule_user is None:
+        raise ConfigError(f"{scenario.source}: user.backend is 'rule', and the rule simulator is written from the "
                           "scenario's 'rule_user' section, which this file lacks (see configs/scenarios/"
-                          "restaurant_promotion.yaml), or set user_sim.backend=vllm")
+                          "restaurant_promotion.yaml), or set user.backend=vllm")
     return cfg, scenario
 
 

@@ -7,6 +7,7 @@ into exit code 2; then the checks across keys.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ __all__ = ["EMBEDDED_MODEL", "ConfigError", "SeadConfig", "config_to_dict", "dum
 from .jsonl import read_text
 from .trainer_protocol import WEIGHT_TRANSPORTS
 from .typed_load import build
+
+log = logging.getLogger(__name__)
 
 
 def parse_yaml(text: str, where: str) -> Any:
@@ -49,6 +52,33 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
     node[keys[-1]] = parse_yaml(raw, f"--set {dotted}={raw[:40]}{'...' if len(raw) > 40 else ''}") if raw != "" else ""
 
 
+# The one word of each role (issue 25): older spellings still load, with a warning.
+RENAMED_KEYS = {"user_sim": "user", "placement.agent_policy": "placement.agent", "placement.user_sim": "placement.user"}
+
+
+def _renamed(dotted: str, where: str) -> str:
+    for old, new in RENAMED_KEYS.items():
+        if dotted == old or dotted.startswith(old + "."):
+            log.warning("%s: %s is now spelled %s (the old spelling still works)", where, old, new)
+            return new + dotted[len(old):]
+    return dotted
+
+
+def _rename_old_keys(tree: dict, where: str) -> None:
+    for old, new in RENAMED_KEYS.items():
+        *path, old_key = old.split(".")
+        node = tree
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or old_key not in node:
+            continue
+        new_key = new.split(".")[-1]
+        if new_key in node:
+            raise ConfigError(f"{where}: both {old} and {new} are given: {old} is the old spelling of {new}")
+        node[new_key] = node.pop(old_key)
+        _renamed(old, where)
+
+
 def parse_overrides(overrides: list[str] | None) -> list[tuple[str, str]]:
     pairs = []
     for item in overrides or []:
@@ -70,8 +100,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         tree = parse_yaml(read_text(path, ConfigError, "config file"), where) or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"{where}: the top level must be a mapping of keys")
+        _rename_old_keys(tree, where)
     for key, raw in parse_overrides(overrides):
-        _set_dotted(tree, key, raw)
+        _set_dotted(tree, _renamed(key, "--set"), raw)
     cfg = build(SeadConfig, tree, "", where + (" (with --set overrides)" if overrides else ""))
     cfg.source = str(Path(path).resolve()) if path is not None else "<defaults>"
     cross_checks(cfg, where)
@@ -88,20 +119,20 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
     if cur.min_behaviors > cur.max_behaviors:
         raise ConfigError(f"{where}: curriculum.min_behaviors ({cur.min_behaviors}) must not exceed "
                           f"curriculum.max_behaviors ({cur.max_behaviors})")
-    if isinstance(cfg.user_sim.engines, int) and cfg.user_sim.engines < 1:
-        raise ConfigError(f"{where}: user_sim.engines must be >= 1 or 'auto', got {cfg.user_sim.engines}")
+    if isinstance(cfg.user.engines, int) and cfg.user.engines < 1:
+        raise ConfigError(f"{where}: user.engines must be >= 1 or 'auto', got {cfg.user.engines}")
     for table in ("usd_per_mtok_in", "usd_per_mtok_out"):
         negative = {m: v for m, v in getattr(cfg.cost, table).items() if v < 0}
         if negative:
             raise ConfigError(f"{where}: cost.{table}: prices must be >= 0, got {negative}")
-    if cfg.user_sim.train and cfg.user_sim.backend != "vllm":
-        raise ConfigError(f"{where}: user_sim.train = true trains the simulator's model: it needs user_sim.backend = "
-                          f"vllm (got {cfg.user_sim.backend})")
-    if cfg.user_sim.train and cfg.placement.colocate:
-        raise ConfigError(f"{where}: user_sim.train = true needs placement.colocate = false (the simulator's trainer "
+    if cfg.user.train and cfg.user.backend != "vllm":
+        raise ConfigError(f"{where}: user.train = true trains the simulator's model: it needs user.backend = "
+                          f"vllm (got {cfg.user.backend})")
+    if cfg.user.train and cfg.placement.colocate:
+        raise ConfigError(f"{where}: user.train = true needs placement.colocate = false (the simulator's trainer "
                           "has GPUs of its own)")
     # vLLM's attention kernels take blocks of a multiple of 32 tokens on CPU, of 16 on CUDA
-    on_cpu = cfg.placement.agent_policy.gpus == 0 or (cfg.user_sim.backend == "vllm" and cfg.placement.user_sim.gpus == 0)
+    on_cpu = cfg.placement.agent.gpus == 0 or (cfg.user.backend == "vllm" and cfg.placement.user.gpus == 0)
     if cfg.engine.block_size % (32 if on_cpu else 16):
         raise ConfigError(f"{where}: engine.block_size must be a multiple of {32 if on_cpu else 16} with engines on "
                           f"{'CPU' if on_cpu else 'CUDA'} (or 0 for vLLM's default), got {cfg.engine.block_size}")
@@ -111,11 +142,10 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
 
 def _check_engines(cfg: SeadConfig, where: str) -> None:
     """An engine with tensor parallelism T needs T GPUs in its bundle (vLLM starts T workers there)."""
-    for role, tp in (("agent_policy", cfg.agent.tensor_parallel_size), ("user_sim", cfg.user_sim.tensor_parallel_size)):
-        gpus = getattr(cfg.placement, role).gpus
+    for role in ("agent", "user"):
+        tp, gpus = getattr(cfg, role).tensor_parallel_size, getattr(cfg.placement, role).gpus
         if (gpus > 0 or tp > 1) and gpus != tp:
-            section = "agent" if role == "agent_policy" else "user_sim"
-            raise ConfigError(f"{where}: {section}.tensor_parallel_size = {tp} needs placement.{role}.gpus = {tp} "
+            raise ConfigError(f"{where}: {role}.tensor_parallel_size = {tp} needs placement.{role}.gpus = {tp} "
                               f"(got {gpus:g})")
 
 
@@ -123,11 +153,11 @@ def _check_transport(cfg: SeadConfig, where: str) -> None:
     """What the config alone says about the weight transport (the cluster is checked at start)."""
     transport, p = cfg.weight_sync.transport, cfg.placement
     needs = WEIGHT_TRANSPORTS[transport]
-    if needs.cuda and not (p.trainer.gpus > 0 and p.agent_policy.gpus > 0):
+    if needs.cuda and not (p.trainer.gpus > 0 and p.agent.gpus > 0):
         raise ConfigError(f"{where}: weight_sync.transport = {transport} needs CUDA on both ends, but "
-                          f"placement.trainer.gpus = {p.trainer.gpus:g} and placement.agent_policy.gpus = "
-                          f"{p.agent_policy.gpus:g}; use gloo, object_store or shm on CPU")
-    if p.colocate and (p.trainer.gpus > 0 or p.agent_policy.gpus > 0 or p.user_sim.gpus > 0):
+                          f"placement.trainer.gpus = {p.trainer.gpus:g} and placement.agent.gpus = "
+                          f"{p.agent.gpus:g}; use gloo, object_store or shm on CPU")
+    if p.colocate and (p.trainer.gpus > 0 or p.agent.gpus > 0 or p.user.gpus > 0):
         raise ConfigError(f"{where}: placement.colocate = true is not supported on GPUs: Ray Train places the trainer "
                           "ranks in a placement group of its own, which never shares a GPU with an engine; use "
                           "placement.colocate = false and weight_sync.transport = nccl")

@@ -66,7 +66,7 @@ class Trajectory:
     group: int = 0          # GRPO group (rollouts of the same profile share one)
     iteration: int = 0
     replays: int = 0        # times this call was played again after ending in error
-    # user_sim.train: each kept simulator turn, token-exact (the simulator's prompt is rebuilt every turn)
+    # user.train: each kept simulator turn, token-exact (the simulator's prompt is rebuilt every turn)
     user_turns: list[UserTurnOutput] = field(default_factory=list)
 
     @property

@@ -107,8 +107,8 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
 
     connect(cfg)   # (nothing above needs Ray: a finished run answers without starting it)
     held_out = held_out_profiles(cfg, scenario, run_dir) if cfg.train.eval_every else []
-    # user_sim.train: the simulator resumes from its own weights in the checkpoint
-    user_model = str(checkpoint / "user" / "hf") if checkpoint is not None and cfg.user_sim.train else None
+    # user.train: the simulator resumes from its own weights in the checkpoint
+    user_model = str(checkpoint / "user" / "hf") if checkpoint is not None and cfg.user.train else None
     system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir, first_iteration=start.iteration + 1,
                                         user_model=user_model)
     loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None, held_out=held_out)
@@ -180,7 +180,7 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
         await shutdown_rollout_roles(roles)
     m = compute_metrics(records, scenario.schema)
     summary = {**m.headline(), "metrics": m.to_json(), **extra, "agent": agent_model,
-               "user_sim": cfg.user_sim.backend if cfg.user_sim.backend == "rule" else cfg.models.user,
+               "user": cfg.user.backend if cfg.user.backend == "rule" else cfg.models.user,
                "profiles": profile_source, "decoding": cfg.dialogue.agent_eval.as_params(),
                "user_decoding": cfg.dialogue.user.as_params(), "seed": cfg.seed, "fingerprint": fingerprint}
     by_set = {}
@@ -275,8 +275,8 @@ async def simulator_pool(cfg: SeadConfig, scenario: Scenario, use: Callable[[Cal
 def local_agent_engine(cfg: SeadConfig, model_path: str) -> Any:
     """An agent engine in this process, not an actor (nothing sends it weights): `sead-ray view`'s talk page."""
     from actors.vllm_engine import VLLMEngine, engine_spec_from_config
-    on_gpu = cfg.placement.agent_policy.gpus > 0
-    spec = engine_spec_from_config(cfg, "agent_policy", model_path, cfg.seed, omp_threads_bind="" if on_gpu else "nobind")
+    on_gpu = cfg.placement.agent.gpus > 0
+    spec = engine_spec_from_config(cfg, "agent", model_path, cfg.seed, omp_threads_bind="" if on_gpu else "nobind")
     spec.weight_transfer_backend = ""
     return VLLMEngine(spec)
 
@@ -294,8 +294,8 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
     from placement.groups import tensor_parallel_bundles
 
     path = str(resolve_model(model))
-    role = cfg.placement.agent_policy
-    spec = engine_spec_from_config(cfg, "agent_policy", path, cfg.seed)
+    role = cfg.placement.agent
+    spec = engine_spec_from_config(cfg, "agent", path, cfg.seed)
     bundles = tensor_parallel_bundles(role, spec.tensor_parallel_size)
     env = {**ACTOR_ENV, **({} if role.gpus else {"VLLM_CPU_OMP_THREADS_BIND": "nobind"})}
     decoding = cfg.dialogue.agent_eval.as_params()
@@ -345,10 +345,10 @@ async def judge_dialogues(cfg: SeadConfig, scenario: Scenario, records: Sequence
 
         from actors.judge import JudgeActor
         from actors.vllm_engine import engine_spec_from_config
-        spec = engine_spec_from_config(cfg, "user_sim", str(resolve_model(judge_model)), cfg.seed)
+        spec = engine_spec_from_config(cfg, "user", str(resolve_model(judge_model)), cfg.seed)
         connect(cfg)
-        actor = JudgeActor.options(num_cpus=cfg.placement.user_sim.cpus,
-                                   num_gpus=cfg.placement.user_sim.gpus).remote(spec)
+        actor = JudgeActor.options(num_cpus=cfg.placement.user.cpus,
+                                   num_gpus=cfg.placement.user.gpus).remote(spec)
 
         async def ask(messages: list[dict]) -> str:
             return await actor.judge.remote(messages, max_tokens)

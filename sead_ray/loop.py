@@ -46,7 +46,7 @@ class LoopSystem(Protocol):
     async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict: ...
     async def controller_state(self) -> dict: ...
     @property
-    def trained_roles(self) -> list[str]: ...   # "agent", and "user" with user_sim.train
+    def trained_roles(self) -> list[str]: ...   # "agent", and "user" with user.train
     async def grpo_step(self, samples: list[Sample], role: str = "agent") -> StepMetrics: ...
     async def publish(self, role: str = "agent") -> SyncResult: ...   # the version the role's last step made
     def save_weights(self, directory: Path) -> Any: ...
@@ -68,7 +68,7 @@ class Learning:
     step: StepMetrics
     sync: SyncResult
     policy_version: int
-    user: Optional[Learning] = None   # user_sim.train: the simulator's own step, sync and version
+    user: Optional[Learning] = None   # user.train: the simulator's own step, sync and version
 
 
 def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
@@ -78,7 +78,7 @@ def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float]
 
 
 def user_samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
-    """The simulator's turns as the trainer needs them (user_sim.train): one sample per kept turn, its prompt
+    """The simulator's turns as the trainer needs them (user.train): one sample per kept turn, its prompt
     (not trained) then its generation, with the advantage of the call the turn belongs to."""
     samples = []
     for t, a in zip(trajectories, advantages):
@@ -98,7 +98,7 @@ def agent_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]
 
 
 def simulator_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]:
-    """user_sim.train (the paper's train-URM ablation): the opposite of the agent's outcome reward (the agent's
+    """user.train (the paper's train-URM ablation): the opposite of the agent's outcome reward (the agent's
     format penalty is not the simulator's doing)."""
     return [-train.success_reward * t.success for t in trajectories]
 
@@ -191,7 +191,7 @@ class SelfEvolutionLoop:
 
     async def iteration(self, iteration: int) -> dict:
         t0 = time.perf_counter()
-        await self.system.rescale()   # `user_sim.engines: auto`: follow rollout nodes joining/leaving
+        await self.system.rescale()   # `user.engines: auto`: follow rollout nodes joining/leaving
         profiles = await self.sample_profiles()
         dialogues = await self.play_dialogues(iteration, profiles)
         learning = await self.learn(iteration, dialogues)       # from here on the iteration completes

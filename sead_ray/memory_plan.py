@@ -275,7 +275,7 @@ class RolePlan:
 def plan_roles(cfg: Any, agent: ModelShape, user: Optional[ModelShape],
                device_bytes: Optional[float] = None) -> list[RolePlan]:
     """The trainer's rank 0 and each kind of engine, as `sead-ray plan` prints and checks them."""
-    t, a, u = cfg.placement.trainer, cfg.placement.agent_policy, cfg.placement.user_sim
+    t, a, u = cfg.placement.trainer, cfg.placement.agent, cfg.placement.user
     sends = cfg.weight_sync.transport == "nccl"
     offload = ", optimizer offloaded to CPU" if cfg.trainer.offload_optimizer else ""
     roles = [RolePlan("trainer", f"trainer rank 0: {cfg.trainer.num_workers} ZeRO-{cfg.trainer.zero_stage} ranks, "
@@ -287,7 +287,7 @@ def plan_roles(cfg: Any, agent: ModelShape, user: Optional[ModelShape],
                           f"{kv_tokens(cfg, agent, tp, device_bytes if a.gpus > 0 else None, sends):,} tokens)",
                           engine_plan(cfg, agent, tp, device_bytes, a.gpus > 0, sends), a.gpus > 0))
     if user is not None:
-        tp = cfg.user_sim.tensor_parallel_size
+        tp = cfg.user.tensor_parallel_size
         roles.append(RolePlan("user-simulator engine", f"user-simulator engine (TP {tp}, KV cache holds "
                               f"{kv_tokens(cfg, user, tp, device_bytes if u.gpus > 0 else None):,} tokens)",
                               engine_plan(cfg, user, tp, device_bytes, u.gpus > 0), u.gpus > 0))
@@ -310,7 +310,7 @@ def fit_problems(roles: list[RolePlan], cfg: Any, agent: ModelShape, device_byte
                             f"{device_bytes / GIB:.1f} GiB GPU ({FIT_MARGIN:.0%} margin)")
         kv = next((v for k, v in r.items.items() if k.startswith("KV cache")), None)
         one_call = cfg.engine.max_model_len * kv_bytes_per_token(
-            cfg, agent, cfg.agent.tensor_parallel_size if r.role == "agent engine" else cfg.user_sim.tensor_parallel_size)
+            cfg, agent, cfg.agent.tensor_parallel_size if r.role == "agent engine" else cfg.user.tensor_parallel_size)
         if kv is not None and kv < one_call:
             problems.append(f"{r.role}: its KV cache ({kv / GIB:.1f} GiB) cannot hold one call of "
                             f"engine.max_model_len = {cfg.engine.max_model_len:,} tokens ({one_call / GIB:.1f} GiB)")

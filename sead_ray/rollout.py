@@ -167,8 +167,8 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
                                       encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix, prefill)
                                       if endpoints.tokenizer is not None else None,
                                       privileged_user_view=privileged_user_view, agent_prefill=prefill,
-                                      max_step=cfg.user_sim.max_step,
-                                      status_guards=scenario.status_guards if cfg.user_sim.status_guards else None)
+                                      max_step=cfg.user.max_step,
+                                      status_guards=scenario.status_guards if cfg.user.status_guards else None)
         finally:
             endpoints.agent.release(did)
             endpoints.users.release(did)

@@ -209,13 +209,13 @@ def write_outputs(result: dict, schema: StateSchema, out_dir: Path) -> str:
 
 
 def config_rules(cfg: Any, scenario: Scenario) -> Rules:
-    guards = scenario.status_guards if cfg.user_sim.status_guards else None
-    return Rules(cfg.user_sim.max_step, guards, cfg.dialogue.user_retries)
+    guards = scenario.status_guards if cfg.user.status_guards else None
+    return Rules(cfg.user.max_step, guards, cfg.dialogue.user_retries)
 
 
 def rule_respond(cfg: Any, scenario: Scenario) -> Respond:
     from .rule_user import RuleUserSimulator
-    sim = RuleUserSimulator(scenario, cfg.user_sim.rule.accept_phrase, cfg.user_sim.rule.patience)
+    sim = RuleUserSimulator(scenario, cfg.user.rule.accept_phrase, cfg.user.rule.patience)
 
     async def respond(req: UserRequest) -> UserTurnOutput:
         return sim.respond(req)

@@ -54,7 +54,7 @@ class TrainerSettings:
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str, role: str = "agent") -> TrainerSettings:
-        """The agent's trainer, or (role `user`, user_sim.train) the simulator's: same optimisation, its own
+        """The agent's trainer, or (role `user`, user.train) the simulator's: same optimisation, its own
         model and sampling temperature."""
         t = cfg.train
         return cls(model_path=model_path, seed=cfg.seed, dtype=cfg.models.dtype, lr=t.lr,
@@ -128,12 +128,12 @@ class StepRequest:
 
 @dataclass
 class SyncRequest:
-    """Gather the weights (every rank) and send them as `version` to every agent engine (rank 0)."""
+    """Gather the weights (every rank) and send them as `version` to every engine of the role (rank 0)."""
     version: int
     transport: str
     bucket_mb: int
     workers_per_engine: int = 1   # the agent engines' tensor-parallel size
-    agents: Optional[list] = None  # a changed list of agent engines (one was restarted): the transport is rebuilt
+    engines: Optional[list] = None  # a changed list of the role's engines (one was restarted): the transport is rebuilt
     timeout_s: float = 600.0       # weight_sync.timeout_s: the transfer group's collectives
 
 

@@ -35,7 +35,7 @@ class UserTurnOutput:
     raw: str = ""
     error: Optional[str] = None
     engine: str = ""
-    # a simulator being trained (user_sim.train): its prompt and generation as the engine saw them
+    # a simulator being trained (user.train): its prompt and generation as the engine saw them
     prompt_ids: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)

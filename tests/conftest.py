@@ -50,7 +50,7 @@ def tiny_config(*overrides: str):
             "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12",
             "dialogue.user.max_tokens=48", "dialogue.user_reply_max_chars=24", "engine.kv_cache_mb=64",
             "engine.max_model_len=2048", "engine.max_num_seqs=16",
-            "ray.dashboard=false", "placement.timeout_s=30", "user_sim.backend=vllm", "train.iterations=3",
+            "ray.dashboard=false", "placement.timeout_s=30", "user.backend=vllm", "train.iterations=3",
             "train.lr=1e-6", "train.micro_batch_size=1", *TEST_SETTING]
     return load_config(EMBEDDED_CONFIG, base + list(overrides))
 
@@ -73,7 +73,7 @@ def ray_cluster():
 # turn a state estimate (the reply after it is the tiny model's own), as a trained agent's turns carry.
 FINISHED_RUN_PREFILL = '{"estimate": {"cooperation": 3, "emotion": 2, "trust": 1}, "reply": "Hello, '
 FINISHED_RUN_SETTINGS = [
-    "models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=4", "train.batch_size=4",
+    "models.agent=tiny:llama-h64", "user.backend=rule", "train.iterations=4", "train.batch_size=4",
     "train.micro_batch_size=2", "train.checkpoint_every=1", "train.keep_checkpoints=0", "dialogue.max_turns=3",
     "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12", "engine.kv_cache_mb=64",
     "engine.max_model_len=2048", "ray.dashboard=false", "train.lr=1e-3", "seed=5", *TEST_SETTING,

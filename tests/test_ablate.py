@@ -24,7 +24,7 @@ def test_variants_are_the_papers_ablations_as_overrides(tmp_path):
         with pytest.raises(UsageError):
             parse_seeds(bad)
     train_urm = load_config(EMBEDDED_CONFIG, VARIANTS["train_urm"])
-    assert train_urm.user_sim.train and train_urm.user_sim.backend == "vllm"
+    assert train_urm.user.train and train_urm.user.backend == "vllm"
     wo_ma_ps = load_config(EMBEDDED_CONFIG, VARIANTS["wo_ma_ps"])
     assert wo_ma_ps.curriculum.mode == "uniform" and not wo_ma_ps.curriculum.profile_sampling
     assert load_config(EMBEDDED_CONFIG, VARIANTS["full"]).curriculum.mode == "paper"
@@ -35,7 +35,7 @@ def test_variants_are_the_papers_ablations_as_overrides(tmp_path):
     assert train_command("c.yaml", ["seed=1"], tmp_path / "run")[-2:] == ["--resume", str(tmp_path / "run")]
 
 
-SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=1", "train.batch_size=2",
+SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "train.iterations=1", "train.batch_size=2",
             "train.micro_batch_size=1", "dialogue.max_turns=2", "dialogue.agent_train.max_tokens=12",
             "dialogue.agent_eval.max_tokens=12", "engine.kv_cache_mb=64", "engine.max_model_len=2048",
             "ray.dashboard=false", *TEST_SETTING]

@@ -16,7 +16,7 @@ from tests.conftest import EMBEDDED_CONFIG, SCENARIO
 from tests.test_metrics import HAND
 
 NOT_UTF8 = b"\xff\xfe\x00not utf-8\n"
-RULE = ("--set", "user_sim.backend=rule")
+RULE = ("--set", "user.backend=rule")
 AGENT = ("--agent", "tiny:llama-h64")
 
 
@@ -236,11 +236,11 @@ CASES = {
         ["ablate", "--config", EMBEDDED_CONFIG, "--variants", "full,fancy", "--n", 1, "--out", t / "ab"],
         ["--variants", "fancy"]),
     "trained rule simulator": lambda t: (
-        ["train", "--config", EMBEDDED_CONFIG, "--set", "user_sim.train=true", "--out", t / "run"],
-        ["user_sim.train", "user_sim.backend = vllm"]),
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "user.train=true", "--out", t / "run"],
+        ["user.train", "user.backend = vllm"]),
     "trained simulator colocated": lambda t: (
-        ["train", "--config", EMBEDDED_CONFIG, "--set", "user_sim.train=true", "--set", "user_sim.backend=vllm",
-         "--set", "placement.colocate=true", "--out", t / "run"], ["user_sim.train", "placement.colocate = false"]),
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "user.train=true", "--set", "user.backend=vllm",
+         "--set", "placement.colocate=true", "--out", t / "run"], ["user.train", "placement.colocate = false"]),
     "ablate bad seeds": lambda t: (
         ["ablate", "--config", EMBEDDED_CONFIG, "--seeds", "1,x", "--n", 1, "--out", t / "ab"], ["--seeds"]),
     "monitor bad interval": lambda t: (

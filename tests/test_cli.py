@@ -98,7 +98,7 @@ def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
     out = tmp_path / "ev"
     proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--n", 2, "--user-sets", "soft,hard",
                 "--seed", 0, "--out", out,
-                "--set", "user_sim.backend=rule", "--set", "dialogue.max_turns=3", "--set", "ray.dashboard=false",
+                "--set", "user.backend=rule", "--set", "dialogue.max_turns=3", "--set", "ray.dashboard=false",
                 "--set", "dialogue.agent_eval.max_tokens=12", "--set", "engine.kv_cache_mb=64",
                 "--set", "engine.max_model_len=2048", "--set", "engine.cpu_bind=nobind")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -116,7 +116,7 @@ def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
     # the profiles file replays the same set
     again = tmp_path / "ev2"
     proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--profiles", out / "profiles.jsonl",
-                "--out", again, "--set", "user_sim.backend=rule", "--set", "dialogue.max_turns=3",
+                "--out", again, "--set", "user.backend=rule", "--set", "dialogue.max_turns=3",
                 "--set", "ray.dashboard=false", "--set", "dialogue.agent_eval.max_tokens=12",
                 "--set", "engine.kv_cache_mb=64", "--set", "engine.max_model_len=2048", "--set", "engine.cpu_bind=nobind")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -24,18 +24,18 @@ def test_cluster_yaml_is_a_valid_ray_cluster_config():
 def test_paper_config_fits_the_cluster_nodes():
     cfg = load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml")
     types = _cluster()["available_node_types"]
-    rollout = cfg.placement.user_sim.node_resource
-    assert rollout and cfg.user_sim.engines == "auto"
+    rollout = cfg.placement.user.node_resource
+    assert rollout and cfg.user.engines == "auto"
     trainer_node = types["trainer_8x_a100"]["resources"]
-    need = (cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.placement.agent_policy.gpus
-            + trainer_node[rollout] * cfg.placement.user_sim.gpus)
+    need = (cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.placement.agent.gpus
+            + trainer_node[rollout] * cfg.placement.user.gpus)
     assert need <= trainer_node["GPU"]
-    cpus = (cfg.trainer.num_workers * cfg.placement.trainer.cpus + cfg.placement.agent_policy.cpus
-            + trainer_node[rollout] * cfg.placement.user_sim.cpus)
+    cpus = (cfg.trainer.num_workers * cfg.placement.trainer.cpus + cfg.placement.agent.cpus
+            + trainer_node[rollout] * cfg.placement.user.cpus)
     assert cpus <= trainer_node["CPU"]
     scale_out = types["rollout_8x_a100"]["resources"]
-    assert scale_out[rollout] * cfg.placement.user_sim.gpus <= scale_out["GPU"]
-    assert scale_out[rollout] * cfg.placement.user_sim.cpus <= scale_out["CPU"]
+    assert scale_out[rollout] * cfg.placement.user.gpus <= scale_out["GPU"]
+    assert scale_out[rollout] * cfg.placement.user.cpus <= scale_out["CPU"]
 
 
 def test_setup_boots_with_the_pinned_stack_a_shared_run_dir_and_a_private_dashboard():

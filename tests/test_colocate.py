@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def test_engines_sleep_through_each_step_and_wake_for_the_new_version(ray_cluster, scenario, tmp_path):
     from actors.training_system import TrainingSystem
-    cfg = tiny_config("placement.colocate=true", "weight_sync.transport=gloo", "user_sim.backend=rule",
+    cfg = tiny_config("placement.colocate=true", "weight_sync.transport=gloo", "user.backend=rule",
                       "train.iterations=2", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
                       "placement.trainer.cpus=0.25")
 

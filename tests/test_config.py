@@ -9,20 +9,20 @@ def test_embedded_and_paper_configs_load():
     assert cfg.models.agent == "embedded:smollm2-135m-instruct"
     assert cfg.dialogue.max_turns == 6 and cfg.dialogue.agent_train.max_tokens == 64
     # the demo's learning setting: the scenario's rule simulator on soft users, GRPO groups of 4
-    assert (cfg.user_sim.backend, cfg.curriculum.user_set, cfg.train.rollouts_per_profile,
+    assert (cfg.user.backend, cfg.curriculum.user_set, cfg.train.rollouts_per_profile,
             cfg.train.advantage_mode) == ("rule", "soft", 4, "group_mean")
     assert cfg.resolve_path(cfg.scenario).exists()
     paper = load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml")
     assert (paper.train.batch_size, paper.train.lr, paper.dialogue.max_turns, paper.curriculum.n_max) == (60, 1e-6, 15, 200)
-    assert paper.user_sim.engines == "auto"
-    assert paper.placement.agent_policy.gpus == 1
+    assert paper.user.engines == "auto"
+    assert paper.placement.agent.gpus == 1
 
 
 def test_overrides_are_typed():
     cfg = load_config(EMBEDDED_CONFIG, ["train.batch_size=4", "curriculum.mode=uniform", "train.lr=3e-6",
-                                        "user_sim.backend=rule", "seed=11"])
+                                        "user.backend=rule", "seed=11"])
     assert cfg.train.batch_size == 4 and cfg.curriculum.mode == "uniform"
-    assert cfg.train.lr == pytest.approx(3e-6) and cfg.user_sim.backend == "rule" and cfg.seed == 11
+    assert cfg.train.lr == pytest.approx(3e-6) and cfg.user.backend == "rule" and cfg.seed == 11
 
 
 def test_defaults_without_file():
@@ -37,7 +37,7 @@ def test_defaults_without_file():
     ("curriculum.mode=sideways", "curriculum.mode = 'sideways' is not one of"),
     ("dialogue.max_turns=2.5", "dialogue.max_turns must be an integer"),
     ("curriculum.profile_sampling=maybe", "curriculum.profile_sampling must be true or false"),
-    ("user_sim.engines=many", "user_sim.engines"),
+    ("user.engines=many", "user.engines"),
     ("curriculum.hard_below=0.9", "must not exceed curriculum.easy_above"),
     ("engine.block_size=48", "engine.block_size must be a multiple of 32 with engines on CPU"),
     ("train=3", "train must be a mapping"),
@@ -72,3 +72,24 @@ def test_resolved_config_round_trips(tmp_path):
     dump_config(cfg, out)
     again = load_config(out)
     assert config_to_dict(again) == config_to_dict(cfg)
+
+
+def test_the_old_spellings_of_the_roles_still_load_with_a_warning(tmp_path, caplog):
+    """One word per role (agent, user) across config, metrics and checkpoints; configs written before keep
+    working: `user_sim` is `user`, `placement.agent_policy` / `placement.user_sim` are `placement.agent` /
+    `placement.user`, in files and in --set."""
+    import logging
+    old = tmp_path / "old.yaml"
+    old.write_text(EMBEDDED_CONFIG.read_text().replace("scenario: scenarios/", f"scenario: {ROOT}/scenarios/")
+                   .replace("\nuser:\n", "\nuser_sim:\n").replace("  agent: {cpus", "  agent_policy: {cpus"))
+    assert "user_sim:" in old.read_text() and "agent_policy:" in old.read_text()
+    with caplog.at_level(logging.WARNING, logger="sead_ray.config"):
+        cfg = load_config(old, ["user_sim.engines=2", "placement.user_sim.cpus=0.25"])
+    assert (cfg.user.backend, cfg.user.engines, cfg.placement.user.cpus, cfg.placement.agent.cpus) == ("rule", 2, 0.25, 0.5)
+    said = caplog.text
+    assert "user_sim is now spelled user" in said and "placement.agent_policy is now spelled placement.agent" in said
+    assert "placement.user_sim is now spelled placement.user" in said
+    both = tmp_path / "both.yaml"
+    both.write_text(old.read_text() + "\nuser:\n  engines: 1\n")
+    with pytest.raises(ConfigError, match="both user_sim and user are given"):
+        load_config(both)

@@ -1,4 +1,4 @@
-"""`user_sim.engines: auto` on a real multi-node local Ray cluster: the pool follows rollout nodes."""
+"""`user.engines: auto` on a real multi-node local Ray cluster: the pool follows rollout nodes."""
 import json
 import subprocess
 import sys

@@ -17,7 +17,7 @@ from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = ("user_sim.backend=rule", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
+SETTINGS = ("user.backend=rule", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
             "train.checkpoint_every=1", "train.keep_checkpoints=0", "dialogue.error_replays=2",
             "trainer.zero_stage=1", "trainer.num_workers=2", "trainer.threads_per_worker=1")
 

@@ -22,8 +22,8 @@ from tests.helpers.servers import free_port
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "placement.user_sim.node_resource=rollout",
-            "weight_sync.transport=gloo", "agent.engines=2", "placement.agent_policy.cpus=0.25",
+SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "placement.user.node_resource=rollout",
+            "weight_sync.transport=gloo", "agent.engines=2", "placement.agent.cpus=0.25",
             "placement.trainer.cpus=0.25", "train.iterations=4", "train.batch_size=4", "train.micro_batch_size=2",
             "train.checkpoint_every=0", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
             "engine.kv_cache_mb=64", "engine.max_model_len=2048", "train.lr=1e-3", "seed=3",

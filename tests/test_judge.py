@@ -82,7 +82,7 @@ def _cli(*args):
                           timeout=900)
 
 
-SETTINGS = [arg for s in ("user_sim.backend=rule", "ray.dashboard=false", "endpoint.api_key_env=SEAD_RAY_API_KEY",
+SETTINGS = [arg for s in ("user.backend=rule", "ray.dashboard=false", "endpoint.api_key_env=SEAD_RAY_API_KEY",
                           "dialogue.max_turns=2", "dialogue.agent_eval.max_tokens=24") for arg in ("--set", s)]
 
 

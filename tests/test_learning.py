@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 def test_grpo_raises_the_success_rate_of_a_planted_preference(ray_cluster, scenario, tmp_path):
     agent = build_biased_agent(tmp_path / "agent", scenario, p_phrase=0.25)
     cfg = tiny_config(
-        f"models.agent={agent}", "user_sim.backend=rule", f"user_sim.rule.accept_phrase={PHRASE}",
-        "user_sim.rule.patience=10", "user_sim.status_guards=false", "dialogue.max_turns=1",
+        f"models.agent={agent}", "user.backend=rule", f"user.rule.accept_phrase={PHRASE}",
+        "user.rule.patience=10", "user.status_guards=false", "dialogue.max_turns=1",
         "dialogue.agent_train.max_tokens=24",
         "train.batch_size=16", "train.micro_batch_size=8", "train.lr=2e-3", "train.iterations=10",
         "train.checkpoint_every=0", "curriculum.mode=uniform", "seed=1")

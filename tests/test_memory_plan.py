@@ -121,8 +121,8 @@ def test_without_a_known_device_the_plan_says_so_and_refuses_nothing(monkeypatch
 
 def test_smoke_config_is_two_gpus_and_fits():
     cfg = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_2gpu.yaml")
-    gpus = cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.agent.engines * cfg.placement.agent_policy.gpus
-    assert gpus == 2 and cfg.user_sim.backend == "rule" and cfg.placement.user_sim.gpus == 0
+    gpus = cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.agent.engines * cfg.placement.agent.gpus
+    assert gpus == 2 and cfg.user.backend == "rule" and cfg.placement.user.gpus == 0
     assert cfg.weight_sync.transport == "nccl" and cfg.trainer.backend == "nccl" and cfg.train.iterations == 1
     shape = KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"]
     assert fit_problems(plan_roles(cfg, shape, None, A100_80), cfg, shape, A100_80) == []
@@ -215,9 +215,9 @@ def test_an_engine_on_a_gpu_sizes_auto_kv_from_the_device(tmp_path):
         "num_hidden_layers": q.layers, "hidden_size": q.hidden, "intermediate_size": q.intermediate,
         "num_attention_heads": q.heads, "num_key_value_heads": q.kv_heads, "vocab_size": q.vocab}))
     cfg = load_config(PAPER)
-    agent = engine_kv_cache_mb(cfg, "agent_policy", str(tmp_path), 1, on_gpu=True)
-    user = engine_kv_cache_mb(cfg, "user_sim", str(tmp_path), 1, on_gpu=True)
+    agent = engine_kv_cache_mb(cfg, "agent", str(tmp_path), 1, on_gpu=True)
+    user = engine_kv_cache_mb(cfg, "user", str(tmp_path), 1, on_gpu=True)
     assert 40 * 1024 < agent < user < 46 * 1024       # the agent's engine also holds the weight sync's communicator
-    h100 = engine_kv_cache_mb(load_config(PAPER, ["placement.gpu_memory_gib=139.8"]), "user_sim", str(tmp_path), 1,
+    h100 = engine_kv_cache_mb(load_config(PAPER, ["placement.gpu_memory_gib=139.8"]), "user", str(tmp_path), 1,
                               on_gpu=True)
     assert h100 > user + 50 * 1024                    # an H200's 140 GiB leaves ~60 GiB more

@@ -102,7 +102,7 @@ ray.get(stats.record_iteration.remote(1, "eval", HAND, {}))
 time.sleep(300)   # until the test, once Prometheus has the figures, stops this session
 """
 
-SETTINGS = ["models.agent=tiny:llama-h64", "user_sim.backend=rule", "train.iterations=3", "train.batch_size=4",
+SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "train.iterations=3", "train.batch_size=4",
             "train.micro_batch_size=2", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
             "engine.kv_cache_mb=64", "engine.max_model_len=2048", "ray.dashboard=true", "seed=3", *TEST_SETTING]
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def roles(ray_cluster, scenario, tmp_path_factory):
     """Agent engine + two user-simulator engines, started once for this module."""
-    cfg = tiny_config("user_sim.engines=2")
+    cfg = tiny_config("user.engines=2")
     roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, tmp_path_factory.mktemp("run")))
     yield roles
     asyncio.run(shutdown_rollout_roles(roles))
@@ -34,8 +34,8 @@ def _play(roles, profiles, iteration):
 
 
 def test_placement_groups_describe_each_role(roles):
-    assert set(roles.plan) == {"agent_policy", "user_sim", "stats"}
-    assert len(roles.plan["user_sim"].bundles) == 2
+    assert set(roles.plan) == {"agent", "user", "stats"}
+    assert len(roles.plan["user"].bundles) == 2
     assert roles.startup["agent"]["startup_s"] > 0
 
 
@@ -140,7 +140,7 @@ def test_killing_user_engines_mid_run_loses_no_dialogue(ray_cluster, roles, scen
     report = roles.users.report()
     assert report["retried_turns"] >= 1, report                     # its turns went elsewhere
     assert report["restarts"] == {"user-sim-0": 1} and report["alive"] == 2 and not report["dead"], report
-    assert roles.health()["user_sim"]["restarts"] == 1
+    assert roles.health()["user"]["restarts"] == 1
     again = asyncio.run(_play(roles, _profiles(scenario, 4, seed=6), iteration=3))   # the replacement serves
     assert all(t.end_reason != "error" for t in again.trajectories)
 

@@ -231,7 +231,7 @@ def test_a_scenario_without_a_rule_section_is_refused_clearly(tmp_path, capsys):
     from sead_ray.cli import main
     from tests.conftest import EMBEDDED_CONFIG
     code = main(["eval", "--config", str(EMBEDDED_CONFIG), "--agent", "script:honest", "--n", "2",
-                 "--set", f"scenario={tmp_path / 'scenario.yaml'}", "--set", "user_sim.backend=rule"])
+                 "--set", f"scenario={tmp_path / 'scenario.yaml'}", "--set", "user.backend=rule"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "rule_user" in err[0]
 

@@ -146,7 +146,7 @@ def _cli(*args, env_key=True, timeout=900):
                           timeout=timeout)
 
 
-SETTINGS = [arg for s in ("user_sim.backend=rule", "ray.dashboard=false", "endpoint.api_key_env=SEAD_RAY_API_KEY",
+SETTINGS = [arg for s in ("user.backend=rule", "ray.dashboard=false", "endpoint.api_key_env=SEAD_RAY_API_KEY",
                            "dialogue.max_turns=3", "dialogue.agent_eval.max_tokens=64", "engine.kv_cache_mb=64",
                            "engine.max_model_len=2048") for arg in ("--set", s)]
 

@@ -1,4 +1,4 @@
-"""The paper's train-URM ablation on real parts (`user_sim.train`): a second trainer group (Ray Train +
+"""The paper's train-URM ablation on real parts (`user.train`): a second trainer group (Ray Train +
 DeepSpeed) trains the LLM simulator on its own turns with the opposite reward and sends its weights to
 the simulator engines by the same path as the agent's (TrainedRole.publish, vLLM's transfer API over
 gloo); checkpoints hold both models and a resumed run continues both."""
@@ -30,7 +30,7 @@ def _user_versions(run_dir, iteration):
 def test_the_simulator_is_trained_against_the_agent_and_resumes(ray_cluster, scenario, tmp_path):
     from sead_ray.models import resolve_model
     # gloo: both models' weights through vLLM's weight-transfer API, the simulator's as the agent's
-    settings = ("user_sim.train=true", "weight_sync.transport=gloo", "train.batch_size=4", "train.micro_batch_size=2",
+    settings = ("user.train=true", "weight_sync.transport=gloo", "train.batch_size=4", "train.micro_batch_size=2",
                 "train.lr=1e-3", "train.checkpoint_every=1", "train.keep_checkpoints=0")
     run_dir = tmp_path / "run"
     summary = asyncio.run(launch.train(tiny_config(*settings, "train.iterations=2"), scenario, run_dir))

@@ -22,10 +22,10 @@ def system(ray_cluster, scenario, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("train")
     # ZeRO-3 on 2 ranks (the GPU setting; the CPU default is one ZeRO-0 worker): partitioned parameters
     # gathered for every sync
-    cfg = tiny_config("user_sim.backend=rule", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
+    cfg = tiny_config("user.backend=rule", "train.batch_size=4", "train.micro_batch_size=2", "train.lr=1e-3",
                       "trainer.zero_stage=3", "trainer.num_workers=2", "trainer.threads_per_worker=1")
     roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, run_dir))
-    trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, agents=[roles.agent])
+    trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, engines=[roles.agent])
     trainer.start()
     yield cfg, roles, trainer, run_dir
     trainer.stop()

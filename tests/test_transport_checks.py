@@ -15,10 +15,10 @@ def _node(ip, cpus, gpus=0, **custom):
 
 @pytest.mark.parametrize("overrides, message", [
     (["weight_sync.transport=nccl"], "needs CUDA on both ends"),
-    (["placement.colocate=true", "placement.trainer.gpus=1", "placement.agent_policy.gpus=1",
+    (["placement.colocate=true", "placement.trainer.gpus=1", "placement.agent.gpus=1",
       "weight_sync.transport=nccl"], "placement.colocate = true is not supported on GPUs"),
     (["weight_sync.transport=ipc"], "is not one of ['shm', 'object_store', 'gloo', 'nccl']"),
-    (["agent.tensor_parallel_size=2"], "needs placement.agent_policy.gpus = 2"),
+    (["agent.tensor_parallel_size=2"], "needs placement.agent.gpus = 2"),
 ])
 def test_the_config_alone_refuses_impossible_transports(overrides, message):
     cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", str(EMBEDDED_CONFIG), "--out", "/nonexistent"]
@@ -34,7 +34,7 @@ def test_shm_is_refused_when_trainer_or_agent_can_land_on_another_node():
     one_node = [_node("10.0.0.1", 8)]
     assert transport_placement_problem(cfg, one_node) is None
     problem = transport_placement_problem(cfg, one_node + [_node("10.0.0.2", 4, rollout=1)])
-    assert problem and "trainer and agent_policy can land on 2 nodes" in problem and "10.0.0.2" in problem
+    assert problem and "trainer and agent can land on 2 nodes" in problem and "10.0.0.2" in problem
     # a node too small for either role does not count; gloo and object_store work across nodes
     assert transport_placement_problem(cfg, one_node + [_node("10.0.0.3", 0.1)]) is None
     for transport in ("gloo", "object_store"):
@@ -43,7 +43,7 @@ def test_shm_is_refused_when_trainer_or_agent_can_land_on_another_node():
 
 
 def test_gpu_transports_need_a_gpu_in_the_cluster():
-    cfg = tiny_config("weight_sync.transport=nccl", "placement.trainer.gpus=1", "placement.agent_policy.gpus=1")
+    cfg = tiny_config("weight_sync.transport=nccl", "placement.trainer.gpus=1", "placement.agent.gpus=1")
     assert "no node of the cluster has one" in transport_placement_problem(cfg, [_node("10.0.0.1", 8)])
     assert transport_placement_problem(cfg, [_node("10.0.0.1", 8, gpus=8)]) is None
 
@@ -51,13 +51,13 @@ def test_gpu_transports_need_a_gpu_in_the_cluster():
 def test_engine_settings_follow_the_device_and_the_transport():
     from actors.vllm_engine import engine_spec_from_config
     cpu = tiny_config("weight_sync.transport=gloo")
-    agent, user = engine_spec_from_config(cpu, "agent_policy", "m", 0), engine_spec_from_config(cpu, "user_sim", "m", 1)
+    agent, user = engine_spec_from_config(cpu, "agent", "m", 0), engine_spec_from_config(cpu, "user", "m", 1)
     # CPU: eager, whole prefills (vLLM-CPU crashes on seeded chunked prefills); only the agent joins the transfer
     assert (agent.enforce_eager, agent.chunked_prefill, agent.weight_transfer_backend) == (True, False, "gloo")
     assert user.weight_transfer_backend == ""
-    gpu = tiny_config("weight_sync.transport=nccl", "placement.trainer.gpus=1", "placement.agent_policy.gpus=2",
+    gpu = tiny_config("weight_sync.transport=nccl", "placement.trainer.gpus=1", "placement.agent.gpus=2",
                       "agent.tensor_parallel_size=2")
-    spec = engine_spec_from_config(gpu, "agent_policy", "m", 0)
+    spec = engine_spec_from_config(gpu, "agent", "m", 0)
     assert (spec.enforce_eager, spec.chunked_prefill, spec.tensor_parallel_size) == (False, True, 2)
 
 
@@ -68,20 +68,20 @@ def test_tensor_parallel_engines_get_arguments_vllm_accepts():
 
     from actors.vllm_engine import engine_kwargs, engine_spec_from_config, pool_engine_kwargs
     from placement.groups import plan_placement, tensor_parallel_bundles
-    cfg = tiny_config("placement.agent_policy.gpus=2", "placement.agent_policy.cpus=4", "agent.tensor_parallel_size=2",
+    cfg = tiny_config("placement.agent.gpus=2", "placement.agent.cpus=4", "agent.tensor_parallel_size=2",
                       "placement.trainer.gpus=1", "weight_sync.transport=nccl")
-    spec = engine_spec_from_config(cfg, "agent_policy", "m", 0)
+    spec = engine_spec_from_config(cfg, "agent", "m", 0)
     pool = pool_engine_kwargs(spec)
     assert (pool["tensor_parallel_size"], pool["distributed_executor_backend"]) == (2, "mp")
-    assert plan_placement(cfg, {"agent_policy": 1})["agent_policy"].bundles == [{"CPU": 4.0, "GPU": 2.0}]
+    assert plan_placement(cfg, {"agent": 1})["agent"].bundles == [{"CPU": 4.0, "GPU": 2.0}]
     args = AsyncEngineArgs(model="m", **pool)      # vLLM's own argument type takes them
     assert args.distributed_executor_backend == "mp" and args.tensor_parallel_size == 2
     assert "distributed_executor_backend" not in engine_kwargs(spec)     # serve: ray.serve.llm's Ray executor
-    assert tensor_parallel_bundles(cfg.placement.agent_policy, 2) == [{"CPU": 2.0, "GPU": 1.0}] * 2
-    single = engine_spec_from_config(tiny_config(), "agent_policy", "m", 0)
+    assert tensor_parallel_bundles(cfg.placement.agent, 2) == [{"CPU": 2.0, "GPU": 1.0}] * 2
+    single = engine_spec_from_config(tiny_config(), "agent", "m", 0)
     assert "distributed_executor_backend" not in pool_engine_kwargs(single)
-    assert tensor_parallel_bundles(tiny_config().placement.agent_policy, 1) == [{"CPU": 0.5}]
-    assert engine_spec_from_config(tiny_config(), "agent_policy", "m", 0).weight_transfer_backend == ""   # shm
+    assert tensor_parallel_bundles(tiny_config().placement.agent, 1) == [{"CPU": 0.5}]
+    assert engine_spec_from_config(tiny_config(), "agent", "m", 0).weight_transfer_backend == ""   # shm
 
 
 def test_weight_files_are_private_unguessable_and_never_left_half_written(monkeypatch):

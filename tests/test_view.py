@@ -120,7 +120,7 @@ def test_the_api_pages_and_filters_a_big_file_and_guards_hosts_and_origins(tmp_p
     from sead_ray.view.app import build_app
     run = tmp_path / "run"
     (run / "dialogues").mkdir(parents=True)
-    dump_config(load_config(EMBEDDED_CONFIG, ["user_sim.backend=rule"]), run / "config.yaml")
+    dump_config(load_config(EMBEDDED_CONFIG, ["user.backend=rule"]), run / "config.yaml")
     (run / "metrics.jsonl").write_text('{"iteration": 1, "phase": "train", "n": 120, "successes": 40, "cr": 0.33}\n{"iter')
     records = _records(120, scenario)
     lines = [json.dumps(r) for r in records]

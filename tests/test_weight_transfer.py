@@ -21,12 +21,12 @@ def system(ray_cluster, scenario, tmp_path_factory):
     from actors.trainer import TrainerGroup
     from sead_ray.models import resolve_model
     run_dir = tmp_path_factory.mktemp("gloo")
-    cfg = tiny_config("user_sim.backend=rule", "weight_sync.transport=gloo", "agent.engines=2", "train.batch_size=4",
-                      "train.micro_batch_size=2", "train.lr=1e-2", "placement.agent_policy.cpus=0.25",
+    cfg = tiny_config("user.backend=rule", "weight_sync.transport=gloo", "agent.engines=2", "train.batch_size=4",
+                      "train.micro_batch_size=2", "train.lr=1e-2", "placement.agent.cpus=0.25",
                       "placement.trainer.cpus=0.25", "trainer.zero_stage=3",   # the GPU setting: gathers
                       "trainer.num_workers=2", "trainer.threads_per_worker=1", "weight_sync.timeout_s=30")
     roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, run_dir))
-    trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, agents=list(roles.agents.actors.values()))
+    trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, engines=list(roles.agents.actors.values()))
     trainer.start()
     yield cfg, roles, trainer
     trainer.stop()

@@ -1,5 +1,5 @@
 """Scale-out check on a real multi-node Ray cluster (several raylets on this machine, through
-`ray.cluster_utils.Cluster`): with `user_sim.engines: auto` the user-simulator pool grows onto a
+`ray.cluster_utils.Cluster`): with `user.engines: auto` the user-simulator pool grows onto a
 rollout node that joins and drops the engines of a node that leaves, between iterations.
 
 Runs in its own process (it owns its Ray cluster); prints one JSON line that tests/test_elastic_pool.py
@@ -35,14 +35,14 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     from actors.agent_policy import AgentPool
-    from actors.system import RolloutRoles, launch_user_sim, rescale_user_pool
+    from actors.system import RolloutRoles, launch_user, rescale_user_pool
     from actors.user_sim import UserSimPool
     from placement import create_placement_groups, user_engine_count
     from sead_ray.scenario import load_scenario
     from tests.conftest import SCENARIO, tiny_config
 
-    cfg = tiny_config("user_sim.backend=rule", "user_sim.engines=auto", "placement.user_sim.node_resource=rollout",
-                      "placement.user_sim.cpus=0.1")
+    cfg = tiny_config("user.backend=rule", "user.engines=auto", "placement.user.node_resource=rollout",
+                      "placement.user.cpus=0.1")
     scenario = load_scenario(SCENARIO)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1, resources={"rollout": 1})
@@ -51,10 +51,10 @@ def main() -> None:
     report: dict = {}
     try:
         n = user_engine_count(cfg, ray.cluster_resources())
-        plan = create_placement_groups(cfg, {"user_sim": n})
+        plan = create_placement_groups(cfg, {"user": n})
         roles = RolloutRoles(cfg, scenario, agents=AgentPool({}), users=UserSimPool({}), plan=plan)
         for i in range(n):
-            name, actor = launch_user_sim(roles, i)
+            name, actor = launch_user(roles, i)
             roles.users.add(name, actor, {**ray.get(actor.start.remote()), "placement_index": i})
         report["start"] = {"engines": sorted(roles.users.actors), "served": _turns(roles, scenario, 4, "a")}
 
@@ -72,7 +72,7 @@ def main() -> None:
             time.sleep(1)
         report["shrink"] = asyncio.run(rescale_user_pool(roles, timeout_s=30))
         report["shrink_served"] = _turns(roles, scenario, 4, "c")
-        report["groups_left"] = sum(g is not None for g in plan["user_sim"].groups)
+        report["groups_left"] = sum(g is not None for g in plan["user"].groups)
     finally:
         ray.shutdown()
         cluster.shutdown()
