@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.sead-ray-installed
 MODELS := $(VENV)/.sead-ray-models
 DSOPS  := $(VENV)/.sead-ray-ds-ops
 
-.PHONY: setup demo test lint clean prometheus chromium
+.PHONY: setup demo test lint clean system-packages prometheus chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,22 +42,20 @@ demo: setup
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# Prometheus from the distribution's packages, for the monitoring test (tests/test_monitoring.py), where
-# this machine allows it (root with apt-get: CI); elsewhere that test reports itself skipped, with the reason.
-prometheus:
-	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+# From the distribution's packages, where this machine allows it (root with apt-get: CI), in one apt-get run:
+# Prometheus for the monitoring test (tests/test_monitoring.py; elsewhere it reports itself skipped, with the
+# reason) and Chromium for the browser test of `sead-ray view` (tests/test_view.py; Playwright drives
+# /usr/bin/chromium, its own browser download is not used; elsewhere that test fails and says how to install it).
+SYSTEM_PACKAGES := prometheus chromium
+system-packages:
+	@missing="$$(for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null || echo $$p; done)"; \
+	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		prometheus >/dev/null) || echo "prometheus not installed: the monitoring test will be skipped"; }
+		$$missing >/dev/null) || echo "not installed: $$missing (tests that need them will say so)"; }
 
-# Chromium from the distribution's packages, for the browser test of `sead-ray view` (tests/test_view.py; Playwright
-# drives /usr/bin/chromium: its own browser download is not used), installed where this machine allows it (root with
-# apt-get: CI); elsewhere that test fails and says how to install it.
-chromium:
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		chromium >/dev/null) || echo "chromium not installed: the browser test of sead-ray view will fail"; }
+prometheus chromium: system-packages
 
-test: setup lint prometheus chromium
+test: setup lint system-packages
 	$(VENV)/bin/python -m pytest -q --durations=10
 
 clean:
