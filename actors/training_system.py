@@ -109,8 +109,9 @@ class TrainingSystem:
     async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path,
                     first_iteration: int = 1, user_model: Optional[str] = None) -> TrainingSystem:
         from actors.trainer import TrainerGroup
-        from actors.weight_sync import transport_placement_problem
-        problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")])
+        from actors.weight_sync import shm_free_bytes, trained_weight_bytes, transport_placement_problem
+        problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")],
+                                              trained_weight_bytes(cfg, agent_model, user_model), shm_free_bytes)
         if problem:
             raise ConfigError(problem)
         blind = unshared_run_dir_nodes(run_dir)

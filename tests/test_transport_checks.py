@@ -42,6 +42,24 @@ def test_shm_is_refused_when_trainer_or_agent_can_land_on_another_node():
                                            one_node + [_node("10.0.0.2", 4)]) is None
 
 
+def test_shm_is_refused_when_the_weights_do_not_fit_the_nodes_shared_memory():
+    """The 14B paper model in bf16 (29.5 GB a version) against a container's /dev/shm; the size from the
+    model's shape, the free space as measured on the node (here given per node id)."""
+    from actors.weight_sync import trained_weight_bytes
+    cfg = tiny_config("weight_sync.transport=shm", "models.dtype=bfloat16")
+    paper = trained_weight_bytes(cfg, "Qwen2.5-14B-Instruct")
+    assert 29e9 < paper < 30e9
+    node = _node("10.0.0.1", 8)
+    problem = transport_placement_problem(cfg, [node], paper, lambda node_id: 20 * 2**30)
+    assert problem and "27.5 GiB" in problem and "10.0.0.1" in problem and "20.0 GiB free" in problem
+    assert transport_placement_problem(cfg, [node], paper, lambda node_id: 64 * 2**30) is None
+    assert trained_weight_bytes(tiny_config("weight_sync.transport=gloo"), "Qwen2.5-14B-Instruct") == 0
+    # the simulator's weights count too when it is trained
+    urm = tiny_config("weight_sync.transport=shm", "models.dtype=bfloat16", "user.train=true", "user.backend=vllm",
+                      "models.user=Qwen2.5-14B-Instruct")
+    assert trained_weight_bytes(urm, "Qwen2.5-14B-Instruct") == 2 * paper
+
+
 def test_gpu_transports_need_a_gpu_in_the_cluster():
     cfg = tiny_config("weight_sync.transport=nccl", "placement.trainer.gpus=1", "placement.agent.gpus=1")
     assert "no node of the cluster has one" in transport_placement_problem(cfg, [_node("10.0.0.1", 8)])
