@@ -56,7 +56,7 @@ system-packages:
 prometheus chromium: system-packages
 
 test: setup lint system-packages
-	$(VENV)/bin/python -m pytest -q --durations=10
+	$(VENV)/bin/python -m pytest -q --durations=30
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
