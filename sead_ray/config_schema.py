@@ -74,6 +74,10 @@ class TrainConfig:
     eval_profiles: int = option(16, 1, 100000, "size of the held-out profile set (drawn once per run)")
     checkpoint_every: int = option(1, 0, 100000, "0 = only at the end (and on a stop or a failure)")
     keep_checkpoints: int = option(2, 0, 100000, "newest checkpoints kept on disk (0 = all)")
+    stop_save_max_s: float = option(300.0, 0.0, 86400.0, "a stop (Ctrl-C, SIGTERM, ray job stop) checkpoints the "
+                                    "last completed iteration only if the run's last save took at most this long; "
+                                    "else the last checkpoint stands (a 14B model's ZeRO-3 state on a network "
+                                    "filesystem can outlast the job's stop wait)")
 
 
 @dataclass

@@ -115,6 +115,7 @@ class SelfEvolutionLoop:
         self.held_out = list(held_out)  # train.eval_every: the fixed profile set of held-out evaluations
         self.done = start              # the last completed iteration, its controller state and policy version
         self.saved_iteration = start.iteration if saved else 0
+        self.last_save_s: Optional[float] = None   # how long the run's last checkpoint took to write
         self.stop_requested = False
         self.weights_ahead = False     # the trainer stepped in an iteration that has not completed yet
 
@@ -222,7 +223,7 @@ class SelfEvolutionLoop:
             await self.run()
             return False
         except (StopRequested, asyncio.CancelledError):
-            self.save()
+            self.save(stopping=True)
             return True
         except Exception as failure:   # not KeyboardInterrupt: a second Ctrl-C means leave now
             if self.weights_ahead:   # the weights no longer match the last completed iteration
@@ -239,11 +240,20 @@ class SelfEvolutionLoop:
                 log.error("could not checkpoint iteration %d after the failure: %r", self.done.iteration, exc)
             raise
 
-    def save(self) -> None:
-        """Checkpoint the last completed iteration (if not saved yet)."""
-        if self.done.iteration > self.saved_iteration:
-            save_checkpoint(self.system.save_weights, self.run_dir, self.done, self.cfg.train.keep_checkpoints)
-            self.saved_iteration = self.done.iteration
+    def save(self, stopping: bool = False) -> None:
+        """Checkpoint the last completed iteration (if not saved yet). `stopping`: not when the run's last save
+        took longer than train.stop_save_max_s and a checkpoint exists (the stop must end in time)."""
+        if self.done.iteration <= self.saved_iteration:
+            return
+        limit = self.cfg.train.stop_save_max_s
+        if stopping and self.saved_iteration and self.last_save_s is not None and self.last_save_s > limit:
+            log.warning("stopping without a checkpoint of iteration %d: the last save took %.0f s (train.stop_save_max_s "
+                        "= %.0f); a resume continues after iteration %d", self.done.iteration, self.last_save_s, limit,
+                        self.saved_iteration)
+            return
+        t0 = time.perf_counter()
+        save_checkpoint(self.system.save_weights, self.run_dir, self.done, self.cfg.train.keep_checkpoints)
+        self.saved_iteration, self.last_save_s = self.done.iteration, time.perf_counter() - t0
 
     async def _log(self, iteration: int, dialogues: Dialogues, learning: Learning, curriculum: dict,
                    seconds: float) -> dict:

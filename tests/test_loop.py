@@ -217,3 +217,32 @@ def test_a_batch_without_reward_differences_skips_its_step_only_when_asked(scena
         system, state = run(tmp_path / "-".join(settings), *settings)
         assert len(system.trained) == 2 and state["policy_version"] == 2
         assert [r["train_skipped"] for r in system.rows] == [0, 0]
+
+
+def test_a_stop_keeps_the_last_checkpoint_when_a_save_would_outlast_it(scenario, smollm_tokenizer, tmp_path):
+    """train.stop_save_max_s: checkpoints every 2 iterations, a stop after iteration 3. When the run's last save
+    took longer than the limit, the stop leaves iteration 2's checkpoint (a resume redoes iteration 3) instead of
+    a save that could outlast the job's stop wait; within the limit it saves iteration 3."""
+    import time
+
+    def run(out, limit):
+        cfg = tiny_config("train.batch_size=2", "train.iterations=4", "train.checkpoint_every=2",
+                          f"train.stop_save_max_s={limit}")
+        system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
+        loop = SelfEvolutionLoop(cfg, scenario, system, out, TrainState(0, system.controller.state_dict(), 0),
+                                 saved=False)
+        record, save_weights = system.record_iteration, system.save_weights
+
+        async def stop_after_iteration_3(iteration, phase, records, extra, curriculum=None):
+            loop.stop_requested = loop.stop_requested or iteration == 3
+            return await record(iteration, phase, records, extra, curriculum)
+
+        def slow_save(directory):
+            time.sleep(0.2)
+            save_weights(directory)
+        system.record_iteration, system.save_weights = stop_after_iteration_3, slow_save
+        assert asyncio.run(loop.run_keeping_progress()) is True          # stopped
+        return json.loads((out / "checkpoints" / "latest" / "state.json").read_text())["iteration"]
+
+    assert run(tmp_path / "slow", 0.1) == 2
+    assert run(tmp_path / "fast", 60) == 3
