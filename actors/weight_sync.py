@@ -307,13 +307,10 @@ def make_transport(name: str, *, engines: list, rank: int, bucket_mb: int, worke
                             **extra)
 
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 def trained_weight_bytes(cfg: Any, agent_model: str, user_model: Optional[str] = None) -> int:
     """What a one-node transport (shm) holds in /dev/shm: each trained model's weights, in the configured dtype
     (the agent's; the simulator's too under user.train). 0 for other transports, or when a size is unknown."""
-    from sead_ray.memory_plan import model_shape
+    from sead_ray.memory_plan import DTYPE_BYTES, model_shape
     from sead_ray.models import resolve_model
     if not WEIGHT_TRANSPORTS[cfg.weight_sync.transport].one_node:
         return 0

@@ -317,6 +317,17 @@ def fit_problems(roles: list[RolePlan], cfg: Any, agent: ModelShape, device_byte
     return problems
 
 
+# DeepSpeed's checkpoint per parameter: the optimizer's fp32 master copy and Adam's m and v (12 bytes) and the
+# partitioned model states in the training dtype, beside the HF folder in that dtype
+OPTIMIZER_STATE_BYTES = 12
+
+
+def checkpoint_bytes(cfg: Any, model: ModelShape) -> tuple[float, float]:
+    """(HF weights, DeepSpeed state) bytes of one checkpoint of one trained model."""
+    weight = DTYPE_BYTES[cfg.models.dtype] * model.params
+    return weight, weight + OPTIMIZER_STATE_BYTES * model.params
+
+
 def format_plan(cfg: Any, agent: ModelShape, user: Optional[ModelShape],
                 device_bytes: Optional[float] = None) -> str:
     """The plan as `sead-ray plan` prints it: per role its items and total, then the device's verdict."""
@@ -330,7 +341,12 @@ def format_plan(cfg: Any, agent: ModelShape, user: Optional[ModelShape],
         if r.role == "trainer" and cfg.trainer.offload_optimizer:
             host = offloaded_host_bytes(cfg, agent) / GIB
             lines.append(f"  (CPU memory per rank for the offloaded optimizer: {host:.1f})")
-    lines.append("")
+    trained = [agent] + ([user] if cfg.user.train and user is not None else [])
+    hf, state = (sum(x) for x in zip(*(checkpoint_bytes(cfg, m) for m in trained)))
+    every = f"every {cfg.train.checkpoint_every} iteration(s)" if cfg.train.checkpoint_every else "at the end"
+    lines += ["", f"checkpoint ({every}): {(hf + state) / GIB:.1f} GiB (HF weights {hf / GIB:.1f}, DeepSpeed state "
+              f"{state / GIB:.1f}), ~{(hf + state) / 300e6 / 60:.0f} min at 300 MB/s (a network filesystem); a stop "
+              f"does not write one when the last took over train.stop_save_max_s = {cfg.train.stop_save_max_s:.0f} s", ""]
     if not any(r.on_gpu for r in roles):
         lines.append("no role on a GPU: nothing to check against a device")
     elif device_bytes is None:

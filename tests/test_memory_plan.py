@@ -15,6 +15,7 @@ from sead_ray.memory_plan import (
     LOGIT_BYTES,
     ModelShape,
     auto_kv_cache_mb,
+    checkpoint_bytes,
     device_memory_bytes,
     engine_runtime_bytes,
     fit_problems,
@@ -72,6 +73,11 @@ def test_the_paper_config_fits_an_a100_80gb_by_its_own_plan_with_every_line():
     rc, out, err = _plan()
     assert rc == 0, err
     assert "every role fits" in out and "79.2 GiB, 75.2 usable (5% margin)" in out
+    # what one checkpoint writes: the HF weights in bf16, DeepSpeed's partitioned bf16 weights and its fp32
+    # master copy, Adam's m and v (16 bytes a parameter in all: ~220 GiB for 14.8 B), every 5 iterations
+    hf, state = checkpoint_bytes(cfg, QWEN14)
+    assert (hf, state) == (2 * QWEN14.params, 14 * QWEN14.params)
+    assert f"checkpoint (every 5 iteration(s)): {(hf + state) / 2**30:.1f} GiB" in out and "stop_save_max_s" in out
 
 
 def test_entropy_softmax_is_counted_only_when_trained():
