@@ -106,10 +106,14 @@ def test_the_plan_refuses_what_does_not_fit_naming_the_role_and_the_shortfall():
     bigger = load_config(PAPER, ["train.micro_batch_size=4"])
     assert fit_problems(plan_roles(bigger, QWEN14, QWEN14, A100_80), bigger, QWEN14, A100_80)[0].startswith(
         "trainer does not fit")
-    # an engine whose KV cache cannot hold one call of max_model_len is refused too (vLLM would not start)
+    # an engine whose KV cache holds fewer than 4 calls of max_model_len is refused too (below one vLLM would
+    # not even start): the paper config on p4d's 40 GB A100s, whose KV auto leaves ~6 GiB, 2 calls of 16k tokens
     small = load_config(PAPER, ["engine.kv_cache_mb=1024"])
-    assert any("cannot hold one call of engine.max_model_len = 16,384 tokens" in p
+    assert any("holds 0 call(s) of engine.max_model_len = 16,384 tokens" in p
                for p in fit_problems(plan_roles(small, QWEN14, QWEN14, A100_80), small, QWEN14, A100_80))
+    rc, out, err = _plan("placement.gpu_memory_gib=39.4")
+    assert rc == 2 and "does NOT fit" in out and "Traceback" not in err
+    assert "agent engine: its KV cache (6.1 GiB) holds 2 call(s)" in err and "fewer than 4" in err
 
 
 def test_without_a_known_device_the_plan_says_so_and_refuses_nothing(monkeypatch):
