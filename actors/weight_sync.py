@@ -310,19 +310,12 @@ def make_transport(name: str, *, engines: list, rank: int, bucket_mb: int, worke
 def trained_weight_bytes(cfg: Any, agent_model: str, user_model: Optional[str] = None) -> int:
     """What a one-node transport (shm) holds in /dev/shm: each trained model's weights, in the configured dtype
     (the agent's; the simulator's too under user.train). 0 for other transports, or when a size is unknown."""
-    from sead_ray.memory_plan import DTYPE_BYTES, model_shape
-    from sead_ray.models import resolve_model
+    from sead_ray.memory_plan import DTYPE_BYTES, reference_shape
     if not WEIGHT_TRANSPORTS[cfg.weight_sync.transport].one_node:
         return 0
-    def params(model: str) -> int:
-        try:
-            folder = resolve_model(model)
-        except RuntimeError:   # not a local model: its shape may still be a known one
-            folder = None
-        return model_shape(model, folder).params
     models = [agent_model] + ([user_model or cfg.models.user] if cfg.user.train else [])
     try:
-        return sum(params(m) for m in models) * DTYPE_BYTES[cfg.models.dtype]
+        return sum(reference_shape(m).params for m in models) * DTYPE_BYTES[cfg.models.dtype]
     except ValueError as exc:    # no config.json and no known shape
         log.info("no /dev/shm check: %s", exc)
         return 0

@@ -256,17 +256,12 @@ def cmd_report(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from .memory_plan import device_memory_bytes, fit_problems, format_plan, model_shape, plan_roles
-    from .models import ModelError, resolve_model
+    from .memory_plan import device_memory_bytes, fit_problems, format_plan, plan_roles, reference_shape
     cfg, _ = load(args.config, args.overrides)
 
     def shape(reference: str):
         try:
-            folder = resolve_model(reference)
-        except ModelError:
-            folder = None
-        try:
-            return model_shape(reference, folder)
+            return reference_shape(reference)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     user = shape(cfg.models.user) if cfg.user.backend == "vllm" else None

@@ -150,6 +150,7 @@ class SelfEvolutionLoop:
         rewards = rewards_of(trajs, train)
         advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
         samples = samples_of(trajs, advantages, train.max_seq_len)
+        trained_tokens = sum(sum(x.loss_mask) for x in samples)
         if advantages and all(a == 0 for a in advantages):
             skip = train.skip_no_signal_steps and train.kl_coef == 0 and train.entropy_coef == 0
             log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): %s",
@@ -157,10 +158,10 @@ class SelfEvolutionLoop:
                         "step skipped, weights stay" if skip else "the policy-gradient term of this step is 0")
             if skip:
                 version = self.done.policy_version if role == "agent" else self.done.user_policy_version
-                return Learning(rewards, StepMetrics.no_step(sum(sum(x.loss_mask) for x in samples)),
+                return Learning(rewards, StepMetrics.no_step(trained_tokens),
                                 SyncResult(version, 0.0, None, None, 0.0), version)
         log.info("iter %d %s GRPO: %d samples, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration, role,
-                 len(samples), sum(len(x.token_ids) for x in samples), sum(sum(x.loss_mask) for x in samples),
+                 len(samples), sum(len(x.token_ids) for x in samples), trained_tokens,
                  self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)
         step = await self.system.grpo_step(samples, role)
         sync = await self.system.publish(role)

@@ -79,6 +79,17 @@ def model_shape(reference: str, folder: Optional[Path]) -> ModelShape:
                      f"(known: {', '.join(KNOWN_SHAPES)})")
 
 
+def reference_shape(reference: str) -> ModelShape:
+    """The shape of the model a config names: from its local folder (an embedded model is provisioned), else,
+    for a reference that is no local model, from the known shapes (ValueError when neither has it)."""
+    from .models import ModelError, resolve_model
+    try:
+        folder = resolve_model(reference)
+    except ModelError:
+        folder = None
+    return model_shape(reference, folder)
+
+
 # The device, beyond what torch's allocator reports: the CUDA context of a process (with lazy module loading)
 # and the buffers of one NCCL communicator; vLLM's captured CUDA graphs. Upper estimates;
 # benchmarks/gpu_check.py measures the first two on the GPU it runs on.
