@@ -53,18 +53,16 @@ def init_ray(cfg: SeadConfig) -> dict:
         return ray.cluster_resources()
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
     kwargs: dict = {"runtime_env": {"env_vars": ACTOR_ENV}, "log_to_driver": True}
-    local = {"num_cpus": cfg.ray.num_cpus or os.cpu_count() or 2, "include_dashboard": cfg.ray.dashboard}
-    if address in (None, "local"):
-        try:
-            ray.init(address=address, **kwargs, **local)
-        except ValueError as exc:   # a cluster started here with `ray start`, which ray.init finds by itself
-            if "connecting to an existing cluster" not in str(exc):
-                raise
-            log.info("joining the Ray cluster started on this machine with `ray start` (as `ray job submit` "
-                     "would); ray.num_cpus does not apply to it. For a private one: --set ray.address=local")
-            ray.init(address="auto", **kwargs)
-    else:
-        ray.init(address=address, **kwargs)
+    local = ({"num_cpus": cfg.ray.num_cpus or os.cpu_count() or 2, "include_dashboard": cfg.ray.dashboard}
+             if address in (None, "local") else {})
+    try:
+        ray.init(address=address, **kwargs, **local)
+    except ValueError as exc:   # a cluster started here with `ray start`, which ray.init finds by itself
+        if not local or "connecting to an existing cluster" not in str(exc):
+            raise
+        log.info("joining the Ray cluster started on this machine with `ray start` (as `ray job submit` "
+                 "would); ray.num_cpus does not apply to it. For a private one: --set ray.address=local")
+        ray.init(address="auto", **kwargs)
     resources = ray.cluster_resources()
     log.info("Ray cluster: %s", {k: v for k, v in resources.items() if not k.startswith("node:")})
     return resources

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -233,11 +233,15 @@ def _check_schema(dims: list[Dimension], where: str) -> StateSchema:
     return StateSchema(tuple(dims))
 
 
-def _ranges(tree: dict[str, Range], schema: StateSchema, key: str, where: str) -> dict[str, tuple[int, int]]:
-    """{dimension: level or [low, high]} -> {dimension: (low, high)}."""
-    for dim in tree:
+def _known_dimensions(dims: Iterable[str], schema: StateSchema, key: str, where: str) -> None:
+    for dim in dims:
         if dim not in schema.names:
             raise ConfigError(f"{where}: {key} names unknown dimension '{dim}' (schema has {list(schema.names)})")
+
+
+def _ranges(tree: dict[str, Range], schema: StateSchema, key: str, where: str) -> dict[str, tuple[int, int]]:
+    """{dimension: level or [low, high]} -> {dimension: (low, high)}."""
+    _known_dimensions(tree, schema, key, where)
     return {dim: _range(value, f"{key}.{dim}", where) for dim, value in tree.items()}
 
 
@@ -256,10 +260,8 @@ def _check_guards(guards: dict[str, StatusGuard], schema: StateSchema, where: st
         if not guard.at_least and not guard.at_most:
             raise ConfigError(f"{where}: {key} must have at_least and/or at_most")
         for side in ("at_least", "at_most"):
+            _known_dimensions(getattr(guard, side), schema, f"{key}.{side}", where)
             for dim, level in getattr(guard, side).items():
-                if dim not in schema.names:
-                    raise ConfigError(f"{where}: {key}.{side} names unknown dimension {dim!r} "
-                                      f"(schema has {list(schema.names)})")
                 top = schema.dimensions[schema.names.index(dim)].max_level
                 if not 0 <= level <= top:
                     raise ConfigError(f"{where}: {key}.{side}.{dim} must be a level 0..{top}, got {level!r}")
