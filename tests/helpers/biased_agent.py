@@ -43,19 +43,25 @@ def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: i
         full = json.dumps({"reply": text, **({"estimate": estimate} if estimate else {})})
         completion = full[len(prefill):] if full.startswith(prefill) else full
         completions.append((tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], weight))
-    # One padded batch of (prompt + reply); the loss covers each reply's tokens, weighted by its share.
+    # The prompt is run once a step and its keys/values shared by the replies (one padded batch after it):
+    # the same loss and gradients as eight copies of prompt + reply, for a sixth of the compute.
     width = max(len(c) for c, _ in completions)
     pad = tok.pad_token_id or 0
-    ids = torch.tensor([prompt_ids + c + [pad] * (width - len(c)) for c, _ in completions])
+    replies_ids = torch.tensor([c + [pad] * (width - len(c)) for c, _ in completions])
     targets = torch.tensor([c + [-100] * (width - len(c)) for c, _ in completions])
     weights = torch.tensor([w for _, w in completions])
-    start = len(prompt_ids)
+    prompt = torch.tensor([prompt_ids])
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(steps):
-        # The lm_head over a 49k vocabulary dominates the cost: apply it to the reply positions only.
-        hidden = model.model(ids).last_hidden_state[:, start - 1:start - 1 + width]
-        logits = model.lm_head(hidden)
+        shared = model.model(prompt, use_cache=True)
+        cache = shared.past_key_values
+        cache.batch_repeat_interleave(len(completions))
+        after = model.model(replies_ids[:, :-1], past_key_values=cache).last_hidden_state
+        # The lm_head over a 49k vocabulary dominates the cost: apply it to the reply positions only
+        # (the prompt's last position predicts each reply's first token).
+        first = shared.last_hidden_state[:, -1:].expand(len(completions), 1, -1)
+        logits = model.lm_head(torch.cat([first, after], dim=1))
         per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         loss = (per_token.sum(1) * weights).sum()
         opt.zero_grad()
