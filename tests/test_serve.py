@@ -172,14 +172,15 @@ def test_the_served_agent_plays_eval_and_compare_as_an_endpoint(served_agent, tm
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["metrics"]["estimates"] >= 3 and summary["metrics"]["upa"] is not None
 
-    # beside the served agent and a local one, two scripted agents of the adversarial battery (no engine)
-    proc = _cli("compare", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agents", agent, "tiny:llama-h64",
-                "script:honest", "script:open_loop_facts", "--n", "3", "--seed", "1", "--out", str(tmp_path / "cmp"))
+    # beside the served agent, two scripted agents of the adversarial battery (no engine; local agents in
+    # compare: tests/test_ablate.py)
+    proc = _cli("compare", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agents", agent, "script:honest",
+                "script:open_loop_facts", "--n", "3", "--seed", "1", "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    assert [r["agent"] for r in rows] == [agent, "tiny:llama-h64", "script:honest", "script:open_loop_facts"]
-    assert all(r["n"] == 3 for r in rows) and rows[2]["paired_vs_first"]["pairs"] == 3
-    honest = [json.loads(line) for line in next((tmp_path / "cmp" / "agents").glob("2-*")).joinpath(
+    assert [r["agent"] for r in rows] == [agent, "script:honest", "script:open_loop_facts"]
+    assert all(r["n"] == 3 for r in rows) and rows[1]["paired_vs_first"]["pairs"] == 3
+    honest = [json.loads(line) for line in next((tmp_path / "cmp" / "agents").glob("1-*")).joinpath(
         "dialogues.jsonl").read_text().splitlines()]
     assert honest[0]["turns"][0]["agent"] == load_scenario(SCENARIO).rule_user.opening   # the script spoke
     assert rows[0]["upa"] is not None and rows[0]["errors"] == 0

@@ -22,8 +22,11 @@ def free_port() -> int:
 @contextlib.contextmanager
 def server_process(cmd: list[str], log: Path, ready: Callable[[], bool], env: Optional[dict] = None,
                    timeout_s: float = 600, stop_wait_s: float = 120) -> Iterator[subprocess.Popen]:
-    """Start `cmd` (output into `log`, its own session), wait until `ready()`; on exit SIGTERM its process
-    group, SIGKILL after `stop_wait_s`. A server that dies or is not ready in time fails with its log's end."""
+    """Start `cmd` (output into `log`, its own session), wait until `ready()`; on exit SIGTERM the server
+    (as `kill PID` does: a SIGTERM to its whole group would also stop the Ray cluster it is still shutting
+    down, and `serve.shutdown()` then waits 30 s for a controller already gone), SIGKILL whatever of its
+    group is left once it has exited or after `stop_wait_s`. A server that dies or is not ready in time
+    fails with its log's end."""
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -33,8 +36,8 @@ def server_process(cmd: list[str], log: Path, ready: Callable[[], bool], env: Op
             time.sleep(1)
         yield proc
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=stop_wait_s)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
