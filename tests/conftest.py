@@ -2,10 +2,14 @@
 Ray cluster, one finished training run."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -90,12 +94,39 @@ def train_command(*args: str) -> list[str]:
 class FinishedRun:
     path: Path      # made as `--out run` from its parent folder (a relative run directory)
     stdout: str
+    prometheus: Optional[str]   # the URL of the Prometheus that scraped it (None: no Prometheus binary here)
 
 
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory) -> FinishedRun:
+def prometheus(tmp_path_factory) -> Iterator[Optional[str]]:
+    """`sead-ray monitor` (Prometheus alone, scraping every second) for the session, where Prometheus is
+    installed (`make test` installs Debian's as root): its URL, else None."""
+    from tests.helpers.servers import free_port
+    if shutil.which("prometheus") is None:
+        yield None
+        return
+    port = free_port()
+    monitor = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "monitor", "--dir",
+                                str(tmp_path_factory.mktemp("monitor")), "--port", str(port), "--scrape-interval", "1s",
+                                "--no-grafana"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        first = monitor.stdout.readline()
+        assert "Prometheus: " + url in first, first
+        yield url
+    finally:
+        monitor.terminate()
+        out, _ = monitor.communicate(timeout=60)
+    assert monitor.returncode in (0, -15, 130), out
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, prometheus) -> FinishedRun:
+    """Also the run tests/test_monitoring.py finds in Prometheus: the dashboard on (Ray's metrics export and
+    service discovery), and Ray's workers reporting every second (default 10 s) so that a short run is scraped."""
     work = tmp_path_factory.mktemp("finished")
-    proc = subprocess.run(train_command("--config", EMBEDDED_CONFIG, "--out", "run"), cwd=work, capture_output=True,
-                          text=True, timeout=900)
+    env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
+    proc = subprocess.run([*train_command("--config", EMBEDDED_CONFIG, "--out", "run"), "--set", "ray.dashboard=true"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return FinishedRun(work / "run", proc.stdout)
+    return FinishedRun(work / "run", proc.stdout, prometheus)

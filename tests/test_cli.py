@@ -113,13 +113,14 @@ def test_eval_cli_writes_what_metrics_reproduces(tmp_path):
         assert summary[key] == (pytest.approx(value) if value is not None else None), key
     assert len((out / "profiles.jsonl").read_text().splitlines()) == 4
     assert (out / "config.yaml").exists() and list((out / "tensorboard").iterdir())
-    # the profiles file replays the same set
+    # the profiles file replays the same set (here to a scripted agent: no engine to start again)
     again = tmp_path / "ev2"
-    proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "tiny:llama-h64", "--profiles", out / "profiles.jsonl",
+    proc = sead("eval", "--config", EMBEDDED_CONFIG, "--agent", "script:honest", "--profiles", out / "profiles.jsonl",
                 "--out", again, "--set", "user.backend=rule", "--set", "dialogue.max_turns=3",
-                "--set", "ray.dashboard=false", "--set", "dialogue.agent_eval.max_tokens=12",
-                "--set", "engine.kv_cache_mb=64", "--set", "engine.max_model_len=2048", "--set", "engine.cpu_bind=nobind")
+                "--set", "ray.dashboard=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = [json.loads(line) for line in (out / "dialogues.jsonl").read_text().splitlines()]
     second = [json.loads(line) for line in (again / "dialogues.jsonl").read_text().splitlines()]
-    assert [d["turns"] for d in first] == [d["turns"] for d in second]
+    assert [d["profile"] for d in first] == [d["profile"] for d in second]
+    assert {k: v["n"] for k, v in json.loads((again / "summary.json").read_text())["by_user_set"].items()} == \
+        {"soft": 2, "hard": 2}

@@ -79,42 +79,17 @@ def _assert_complete_run(run_dir, batch):
     assert latest.name == "iter_0003" and (latest / "state.json").exists()
 
 
-def test_a_run_survives_its_agent_engine_controller_and_stats_actor_dying(ray_cluster, scenario, tmp_path,
-                                                                         captured_system):
-    import ray
-    cfg = tiny_config(*SETTINGS)
-    run_dir = tmp_path / "run"
-
-    async def inject():
-        await _until(lambda: captured_system)
-        system = captured_system[0]
-        roles = system.roles
-        # mid-rollout of iteration 2: iteration 1 is recorded and calls are on the agent engine
-        await _until(lambda: (run_dir / "metrics.jsonl").exists() and roles.agents.in_flight.get("agent-0", 0) > 0)
-        ray.kill(roles.agents.actors["agent-0"], no_restart=True)
-        ray.kill(roles.controller, no_restart=True)
-        ray.kill(roles.stats, no_restart=False)   # the stats actor is Ray-restarted (max_restarts)
-
-    summary = _train_while(inject, cfg, scenario, run_dir)
-    system = captured_system[0]
-
-    assert summary["iterations"] == 3 and not summary["interrupted"]
-    _assert_complete_run(run_dir, 4)
-    assert system.roles.restarts["agent"] == 1 and system.roles.restarts["controller"] == 1, system.roles.restarts
-    assert _rows(run_dir)[1]["error_replays"] >= 1, "the calls cut by the dead engine were not played again"
-    for it, calls in ((2, 8), (3, 12)):
-        states = json.loads((run_dir / "curriculum" / f"iter_{it:04d}.json").read_text())["states"].values()
-        assert sum(s["attempts"] for s in states) == calls, \
-            f"the replacement controller lost the curriculum counts of the iterations before {it}"
-        assert sum(s["draws"] for s in states) == calls, "the replacement controller lost or redid a draw"
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root (CI runs as root)")
-def test_a_killed_trainer_worker_then_a_full_disk_keep_the_last_iteration_and_resume_completes_the_run(
+def test_a_run_survives_its_actors_dying_and_keeps_its_last_iteration_through_a_killed_rank_and_a_full_disk(
         ray_cluster, scenario, tmp_path, captured_system):
-    """One run, two faults: a trainer worker killed during iteration 2's step (the run stops, iteration 1's
-    checkpoint stays), then, resumed, a disk that fills during iteration 3's checkpoint (the run stops,
-    iteration 2's checkpoint stays, the partial one is removed); resumed again with room, it completes."""
+    """One run, five faults (one launch each time the run must stop):
+    1. a trainer worker killed during iteration 2's step: the run stops, iteration 1's checkpoint stays;
+    2. resumed, the agent engine, the profile controller and the stats actor killed mid-rollout of iteration 2:
+       the run goes on (replaced actors, the cut calls played again, the curriculum counts kept), and a disk
+       that fills during iteration 3's checkpoint stops it, iteration 2's checkpoint kept, the partial one removed;
+    3. resumed again with room, it completes."""
+    import ray
+
     from sead_ray.checkpoint import CheckpointError
     from sead_ray.trainer_protocol import TrainerError
     cfg = tiny_config(*SETTINGS)
@@ -134,7 +109,14 @@ def test_a_killed_trainer_worker_then_a_full_disk_keep_the_last_iteration_and_re
             _train_while(kill_a_rank, cfg, scenario, run_dir)
         assert (checkpoints / "latest").resolve().name == "iter_0001", "iteration 1's checkpoint is lost"
 
-        async def fill_the_disk():
+        async def kill_actors_then_fill_the_disk():
+            await _until(lambda: len(captured_system) == 2)
+            roles = captured_system[-1].roles
+            # mid-rollout of iteration 2: calls are on the agent engine
+            await _until(lambda: roles.agents.in_flight.get("agent-0", 0) > 0)
+            ray.kill(roles.agents.actors["agent-0"], no_restart=True)
+            ray.kill(roles.controller, no_restart=True)
+            ray.kill(roles.stats, no_restart=False)   # the stats actor is Ray-restarted (max_restarts)
             # once iteration 2's checkpoint is complete, the disk keeps only 1 MiB more room
             await _until(lambda: (checkpoints / "latest").resolve().name == "iter_0002")
             used_kb = int(subprocess.run(["df", "--output=used", "-k", str(checkpoints)], capture_output=True,
@@ -142,7 +124,10 @@ def test_a_killed_trainer_worker_then_a_full_disk_keep_the_last_iteration_and_re
             subprocess.run(["mount", "-o", f"remount,size={used_kb + 1024}k", str(checkpoints)], check=True)
 
         with pytest.raises(CheckpointError) as failure:
-            _train_while(fill_the_disk, cfg, scenario, run_dir, resume=True)
+            _train_while(kill_actors_then_fill_the_disk, cfg, scenario, run_dir, resume=True)
+        roles = captured_system[-1].roles
+        assert roles.restarts["agent"] == 1 and roles.restarts["controller"] == 1, roles.restarts
+        assert _rows(run_dir)[1]["error_replays"] >= 1, "the calls cut by the dead engine were not played again"
         message = str(failure.value)
         assert "iteration 3" in message and "iter_0002" in message and "No space left" in message, message
         assert (checkpoints / "latest").resolve().name == "iter_0002", "the last complete checkpoint is lost"
@@ -150,7 +135,12 @@ def test_a_killed_trainer_worker_then_a_full_disk_keep_the_last_iteration_and_re
 
         subprocess.run(["mount", "-o", "remount,size=512m", str(checkpoints)], check=True)   # space freed
         summary = asyncio.run(launch.train(cfg, scenario, run_dir, resume=True))
-        assert summary["iterations"] == 3
+        assert summary["iterations"] == 3 and not summary["interrupted"]
         _assert_complete_run(run_dir, 4)
+        for it, calls in ((2, 8), (3, 12)):
+            states = json.loads((run_dir / "curriculum" / f"iter_{it:04d}.json").read_text())["states"].values()
+            assert sum(s["attempts"] for s in states) == calls, \
+                f"the replacement controller lost the curriculum counts of the iterations before {it}"
+            assert sum(s["draws"] for s in states) == calls, "the replacement controller lost or redid a draw"
     finally:
         subprocess.run(["umount", "-l", str(checkpoints)], check=False)

@@ -2,9 +2,9 @@
 Prometheus scraping a real tiny training run (its Ray cluster found through Ray's service discovery)."""
 import json
 import os
-import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -20,8 +20,7 @@ from sead_ray.monitor import (
     prometheus_config,
     query,
 )
-from tests.conftest import EMBEDDED_CONFIG, ROOT, TEST_SETTING
-from tests.helpers.servers import free_port
+from tests.conftest import ROOT
 
 
 def _expressions(board: dict) -> list[str]:
@@ -102,68 +101,50 @@ ray.get(stats.record_iteration.remote(1, "eval", HAND, {}))
 time.sleep(300)   # until the test, once Prometheus has the figures, stops this session
 """
 
-SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "train.iterations=3", "train.batch_size=4",
-            "train.micro_batch_size=2", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
-            "engine.kv_cache_mb=64", "engine.max_model_len=2048", "ray.dashboard=true", "seed=3", *TEST_SETTING]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_real_prometheus_scrapes_a_training_run(tmp_path):
-    if shutil.which("prometheus") is None:
+def test_a_real_prometheus_scrapes_a_training_run(finished_run):
+    """The session's finished run (tests/conftest.py), scraped by the session's Prometheus while it trained."""
+    url = finished_run.prometheus
+    if url is None:
         pytest.skip("no Prometheus binary on this machine (make test installs Debian's `prometheus` when it runs "
                     "as root with apt-get)")
-    port = free_port()
-    monitor = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "monitor", "--dir", str(tmp_path / "monitor"),
-                                "--port", str(port), "--scrape-interval", "1s", "--no-grafana"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert "Prometheus: " + url in monitor.stdout.readline()
-        cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", str(EMBEDDED_CONFIG), "--out", "run"]
-        for s in SETTINGS:
-            cmd += ["--set", s]
-        # Ray's workers report their metrics every second (default 10 s), so that a short run is scraped.
-        env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        time.sleep(3)
 
-        def samples(promql: str) -> list[dict]:
-            return query(url, promql)
+    def samples(promql: str) -> list[dict]:
+        return query(url, promql)
 
-        # the run's own figures, its weight syncs, the version its engine served, the engine's load
-        cr = samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])')
-        assert cr and 0.0 <= float(cr[0]["value"][1]) <= 1.0, "no CR sample of the run in Prometheus"
-        assert samples('count_over_time(ray_sead_sync_s{run="run"}[30m])'), "no weight-sync time"
-        version = samples('max_over_time(ray_sead_engine_policy_version{run="run",role="agent"}[30m])')
-        assert version and float(version[0]["value"][1]) == 3.0, f"policy version served: {version}"
-        for load in ("requests_in_flight", "requests_running", "kv_cache_usage"):
-            assert samples(f'count_over_time(ray_sead_engine_{load}{{run="run"}}[30m])'), f"no engine {load}"
-        assert {s["metric"].get("SessionName") for s in cr} != {None}, "the dashboard filters on SessionName"
+    # the run's own figures, its weight syncs, the version its engine served, the engine's load, and UPA (its
+    # turns carry an estimate)
+    cr = samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])')
+    assert cr and 0.0 <= float(cr[0]["value"][1]) <= 1.0, "no CR sample of the run in Prometheus"
+    assert samples('count_over_time(ray_sead_sync_s{run="run"}[30m])'), "no weight-sync time"
+    version = samples('max_over_time(ray_sead_engine_policy_version{run="run",role="agent"}[30m])')
+    assert version and float(version[0]["value"][1]) == 4.0, f"policy version served: {version}"
+    for load in ("requests_in_flight", "requests_running", "kv_cache_usage"):
+        assert samples(f'count_over_time(ray_sead_engine_{load}{{run="run"}}[30m])'), f"no engine {load}"
+    assert samples('last_over_time(ray_sead_upa{run="run"}[30m])'), "no UPA of the run"
+    assert {s["metric"].get("SessionName") for s in cr} != {None}, "the dashboard filters on SessionName"
 
-        # ATT needs a success and UPA a parsed estimate, which the tiny random agent never gives (a gauge
-        # without a value is not exported): a second, short Ray session records hand-made calls that have both
-        assert {"att", "upa"} <= {k for k, v in json.loads(
-            (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1]).items() if v is None}
-        hand = subprocess.Popen([sys.executable, "-c", RECORD_HAND_CALLS, str(tmp_path / "hand")], env=env, cwd=ROOT,
+    # ATT needs a success, which the tiny random agent never has (a gauge without a value is not exported):
+    # a second, short Ray session records hand-made calls that have one
+    last = json.loads((finished_run.path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["att"] is None and last["upa"] is not None, last
+    env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
+    with tempfile.TemporaryDirectory() as folder:   # (the run's label is its folder's name)
+        hand = subprocess.Popen([sys.executable, "-c", RECORD_HAND_CALLS, f"{folder}/hand"], env=env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:   # the new session's service discovery, Ray's export and the scrapes take a few seconds
             deadline = time.time() + 120
-            while not samples('last_over_time(ray_sead_upa{run="hand"}[30m])') and time.time() < deadline:
+            while not samples('last_over_time(ray_sead_att{run="hand"}[30m])') and time.time() < deadline:
                 assert hand.poll() is None, hand.communicate()[0][-3000:]
                 time.sleep(1)
         finally:
             hand.terminate()
             hand.wait(timeout=60)
-        assert samples('last_over_time(ray_sead_att{run="hand"}[30m])'), "no ATT of the hand-made calls"
+    assert samples('last_over_time(ray_sead_att{run="hand"}[30m])'), "no ATT of the hand-made calls"
 
-        # every metric the dashboard reads is one Prometheus has
-        with urllib.request.urlopen(f"{url}/api/v1/label/__name__/values", timeout=10) as resp:
-            names = set(json.loads(resp.read())["data"])
-        assert metric_names() - names == set(), "dashboard metrics Prometheus never saw"
-        assert all(expression_metrics(e) <= names for e in _expressions(dashboard()))
-    finally:
-        monitor.terminate()
-        out, _ = monitor.communicate(timeout=60)
-    assert monitor.returncode in (0, -15, 130), out
+    # every metric the dashboard reads is one Prometheus has
+    with urllib.request.urlopen(f"{url}/api/v1/label/__name__/values", timeout=10) as resp:
+        names = set(json.loads(resp.read())["data"])
+    assert metric_names() - names == set(), "dashboard metrics Prometheus never saw"
+    assert all(expression_metrics(e) <= names for e in _expressions(dashboard()))
