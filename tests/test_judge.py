@@ -89,16 +89,20 @@ SETTINGS = [arg for s in ("user.backend=rule", "ray.dashboard=false", "endpoint.
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_an_endpoint_plays_the_agent_and_judges_the_calls(vllm_server, tmp_path):
-    # any chat model: it gets the local agent's whole prompt and its output goes through our parser
-    proc = _cli("eval", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agent", f"openai:tiny@{vllm_server}",
-                "--n", "3", "--seed", "2", "--out", str(tmp_path / "eval"))
+    # compare with a judge: any chat model plays the agent (it gets the local agent's whole prompt and its
+    # output goes through our parser), and the same endpoint judges the calls under the judgement's JSON schema
+    proc = _cli("compare", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agents", f"openai:tiny@{vllm_server}",
+                "--judge", f"openai:tiny@{vllm_server}", "--n", "3", "--seed", "2", "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    dialogues = tmp_path / "eval" / "dialogues.jsonl"
+    dialogues = next((tmp_path / "cmp" / "agents").glob("0-*")) / "dialogues.jsonl"
     records = [json.loads(line) for line in dialogues.read_text().splitlines()]
     assert len(records) == 3 and all(r["end_reason"] != "error" for r in records), records
     assert all(t["agent_prompt_tokens"] > 100 for r in records for t in r["turns"])   # the system prompt was sent
+    row = json.loads((tmp_path / "cmp" / "compare.json").read_text())[0]
+    assert {f"judge_{name}" for name in DIMENSIONS} <= set(row) and "judge_failures" in row
+    assert "judge: humanness" in (tmp_path / "cmp" / "compare.md").read_text()
 
-    # the judge through the same endpoint, under the judgement's JSON schema
+    # `sead-ray judge` on those calls, through the same endpoint
     proc = _cli("judge", str(dialogues), "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--judge",
                 f"openai:tiny@{vllm_server}", "--out", str(tmp_path / "judge"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -109,11 +113,3 @@ def test_an_endpoint_plays_the_agent_and_judges_the_calls(vllm_server, tmp_path)
     for x in lines:   # schema-constrained output: whatever the tiny model says, it is a judgement or counted
         assert (x["scores"] is None) == (parse_judgement(x["raw"]) is None)
     assert "| humanness |" in (tmp_path / "judge" / "judge.md").read_text()
-
-    # compare adds the judge's columns: one agent, its calls judged by the same endpoint
-    proc = _cli("compare", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agents", f"openai:tiny@{vllm_server}",
-                "--judge", f"openai:tiny@{vllm_server}", "--n", "2", "--seed", "2", "--out", str(tmp_path / "cmp"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    row = json.loads((tmp_path / "cmp" / "compare.json").read_text())[0]
-    assert {f"judge_{name}" for name in DIMENSIONS} <= set(row) and "judge_failures" in row
-    assert "judge: humanness" in (tmp_path / "cmp" / "compare.md").read_text()
