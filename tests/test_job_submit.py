@@ -1,7 +1,7 @@
 """`ray job submit` as users run it, on a real two-node local cluster (`ray start --head` plus a second
-raylet offering `rollout`): a tiny training run (weights through vLLM's transfer API into two agent
-engines) is stopped with `ray job stop` (SIGTERM), leaves a checkpoint of its last completed
-iteration, and a second job resumes it to the end."""
+raylet offering `rollout`): a tiny training run (weights through vLLM's transfer API into its agent
+engine; two engines fed so: tests/test_trainer.py) is stopped with `ray job stop` (SIGTERM), leaves a
+checkpoint of its last completed iteration, and a second job resumes it to the end."""
 import functools
 import json
 import os
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "placement.user.node_resource=rollout",
-            "weight_sync.transport=gloo", "agent.engines=2", "placement.agent.cpus=0.25",
+            "weight_sync.transport=gloo", "placement.agent.cpus=0.25",
             "placement.trainer.cpus=0.25", "train.iterations=4", "train.batch_size=4", "train.micro_batch_size=2",
             "train.checkpoint_every=0", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
             "engine.kv_cache_mb=64", "engine.max_model_len=2048", "train.lr=1e-3", "seed=3",
