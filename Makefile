@@ -24,15 +24,22 @@ $(MODELS): $(STAMP)
 	touch $(MODELS)
 
 # DeepSpeed JIT-compiles its CPU shared-memory collective op on first use (2-3 min): do it once here,
-# not inside the first training step. Cached in ~/.cache/torch_extensions.
+# not inside the first training step. Cached in ~/.cache/torch_extensions, built with the same ninja as the
+# training ranks use (actors/trainer.py: own_ninja_first).
 $(DSOPS): $(STAMP)
-	$(PY) -c "from deepspeed.comm.torch import build_shm_op; assert build_shm_op() is not None"
+	$(PY) -c "from actors.trainer import own_ninja_first; own_ninja_first(); \
+		from deepspeed.comm.torch import build_shm_op; assert build_shm_op() is not None"
 	touch $(DSOPS)
 
+# After the install, the model preparation and DeepSpeed's op build need nothing of each other: `make demo`
+# and `make test` run them side by side (-j), and the system packages' apt-get (mostly downloads) beside
+# the whole Python setup (mostly CPU).
 setup: $(STAMP) $(MODELS) $(DSOPS)
+SIDE_BY_SIDE := $(MAKE) --no-print-directory -j3 --output-sync=target
 
 # A second `make demo` resumes runs/demo (and does nothing more once it has finished).
-demo: setup
+demo:
+	@$(SIDE_BY_SIDE) setup
 	@if [ -e runs/demo/config.yaml ]; then \
 		$(VENV)/bin/sead-ray train --resume runs/demo; \
 	else \
@@ -55,7 +62,9 @@ system-packages:
 
 prometheus chromium: system-packages
 
-test: setup lint system-packages
+test:
+	@$(SIDE_BY_SIDE) setup system-packages
+	@$(MAKE) --no-print-directory lint
 	$(VENV)/bin/python -m pytest -q --durations=30
 
 clean:

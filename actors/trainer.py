@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -99,10 +100,21 @@ def _release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def own_ninja_first() -> None:
+    """Put this environment's bin folder (the `ninja` DeepSpeed and vLLM install) first on PATH. DeepSpeed
+    JIT-builds its CPU collective op with the first `ninja` on PATH, and two ninja versions (the venv's and
+    a system one) read each other's build log as a changed command: each switch rebuilt the op (35-100 s),
+    e.g. between a `ray start` from an activated venv and a run started without it."""
+    own = os.path.dirname(sys.executable)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != own:
+        os.environ["PATH"] = os.pathsep.join([own, os.environ.get("PATH", "")])
+
+
 class _Worker:
     """Everything one training rank holds: the DeepSpeed engine(s); each request is one method."""
 
     def __init__(self, settings: TrainerSettings):
+        own_ninja_first()
         import deepspeed
         import torch
         import torch.distributed as dist

@@ -113,6 +113,9 @@ def test_a_real_prometheus_scrapes_a_training_run(finished_run):
     def samples(promql: str) -> list[dict]:
         return query(url, promql)
 
+    deadline = time.time() + 10   # (a scrape of the run's last seconds may still be on its way)
+    while not samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])') and time.time() < deadline:
+        time.sleep(1)
     # the run's own figures, its weight syncs, the version its engine served, the engine's load, and UPA (its
     # turns carry an estimate)
     cr = samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])')
