@@ -25,9 +25,9 @@ $(MODELS): $(STAMP)
 
 # DeepSpeed JIT-compiles its CPU shared-memory collective op on first use (2-3 min): do it once here,
 # not inside the first training step. Cached in ~/.cache/torch_extensions, built with the same ninja as the
-# training ranks use (actors/trainer.py: own_ninja_first).
+# training ranks use (actors/ds_ops.py).
 $(DSOPS): $(STAMP)
-	$(PY) -c "from actors.trainer import own_ninja_first; own_ninja_first(); \
+	$(PY) -c "from actors.ds_ops import own_ninja_first; own_ninja_first(); \
 		from deepspeed.comm.torch import build_shm_op; assert build_shm_op() is not None"
 	touch $(DSOPS)
 

@@ -1,19 +1,16 @@
 """TrainerGroup: a Ray Train TorchTrainer, started once per run and kept alive, serving GRPO steps.
 
-The driver posts typed requests (sead_ray.trainer_protocol) to a `TrainerMailbox` actor, one shard
-per rank; every worker loop takes its request, runs it on its DeepSpeed ZeRO-3 engine, and posts a
-typed result back. ZeRO-3 for real: parameters, gradients and optimizer states are partitioned over
-the ranks; weight sync and checkpoints gather each parameter with every rank taking part (it is a
-collective) and only rank 0 keeping the full tensor (the OpenRLHF order: gather, then send). On CPU
-the ranks talk over gloo, on GPUs the same code over NCCL.
-"""
+The driver posts typed requests (sead_ray.trainer_protocol) to a `TrainerMailbox` actor, one shard per rank; every
+worker loop takes its request, runs it on its DeepSpeed ZeRO-3 engine, and posts a typed result back. ZeRO-3 for
+real: parameters, gradients and optimizer states are partitioned over the ranks; weight sync and checkpoints gather
+each parameter with every rank taking part (it is a collective) and only rank 0 keeping the full tensor (the
+OpenRLHF order: gather, then send). On CPU the ranks talk over gloo, on GPUs the same code over NCCL."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -100,20 +97,11 @@ def _release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def own_ninja_first() -> None:
-    """Put this environment's bin folder (the `ninja` DeepSpeed and vLLM install) first on PATH. DeepSpeed
-    JIT-builds its CPU collective op with the first `ninja` on PATH, and two ninja versions (the venv's and
-    a system one) read each other's build log as a changed command: each switch rebuilt the op (35-100 s),
-    e.g. between a `ray start` from an activated venv and a run started without it."""
-    own = os.path.dirname(sys.executable)
-    if os.environ.get("PATH", "").split(os.pathsep)[0] != own:
-        os.environ["PATH"] = os.pathsep.join([own, os.environ.get("PATH", "")])
-
-
 class _Worker:
     """Everything one training rank holds: the DeepSpeed engine(s); each request is one method."""
 
     def __init__(self, settings: TrainerSettings):
+        from actors.ds_ops import own_ninja_first
         own_ninja_first()
         import deepspeed
         import torch
