@@ -112,17 +112,17 @@ def test_a_failing_rank_reaches_the_driver_while_the_others_still_wait(ray_clust
     assert results[0] is None and isinstance(results[1], WorkerFailure) and "boom" in results[1].traceback
 
 
-def _engine_logprobs(roles, prompt):
+def _greedy_outputs(roles, prompt):
+    """Each agent engine's greedy continuation of `prompt` (tokens, logprobs, the version it served)."""
     import ray
-    outs = ray.get([a.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=8)
+    return ray.get([a.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=8)
                     for a in roles.agents.actors.values()])
-    return outs
 
 
 def test_every_version_reaches_both_engines_through_vllms_api(system, scenario):
     cfg, roles, trainer, _ = system
     prompt = roles.tokenizer("Hello, this is a fixed prompt for the check", add_special_tokens=False)["input_ids"]
-    before = _engine_logprobs(roles, prompt)
+    before = _greedy_outputs(roles, prompt)
     first = max(_versions(roles)) + 1   # (the tests above may have synced versions already)
     for version in (first, first + 1):
         profiles = sample_profiles(scenario, 4, np.random.default_rng(version), n_max=200)
@@ -135,7 +135,7 @@ def test_every_version_reaches_both_engines_through_vllms_api(system, scenario):
         assert step.logprob_mismatch_mean < 1e-3, step       # the engines sampled with the trainer's weights
         sync = trainer.sync_weights(version)
         assert sync.version == version and sync.mb > 0 and sync.apply_s is not None
-        outs = _engine_logprobs(roles, prompt)
+        outs = _greedy_outputs(roles, prompt)
         assert [o.policy_version for o in outs] == [version, version]
         for out in outs:
             recomputed = trainer.logprobs([prompt + out.token_ids])[0][len(prompt):]
@@ -148,7 +148,6 @@ def test_every_version_reaches_both_engines_through_vllms_api(system, scenario):
     # the weights did move: the engines' greedy continuation or its logprobs changed
     assert any(a.token_ids != b.token_ids or max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) > 1e-3
                for a, b in zip(before, outs))
-
 
 
 def test_a_sync_that_meets_a_dead_engine_replaces_it_and_every_engine_serves_the_version(system):
