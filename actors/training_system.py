@@ -125,8 +125,13 @@ class TrainingSystem:
             trainers["agent"] = TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir, engines=agents)
             if cfg.user.train:
                 trainers["user"] = TrainerGroup(cfg, roles.user_path, run_dir, engines=users, role="user")
-            for trainer in trainers.values():
-                await asyncio.to_thread(trainer.start)
+            # side by side (each on its own workers); both ended before a failure is raised, so that the
+            # caller stops a group that has finished starting, never one still starting
+            outcomes = await asyncio.gather(*(asyncio.to_thread(t.start) for t in trainers.values()),
+                                            return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
 
         try:
             roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,

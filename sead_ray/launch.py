@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .checkpoint import TrainState, latest_checkpoint, load_train_state, resume_conflicts, truncate_metrics
 from .config import ConfigError, SeadConfig, config_to_dict, dump_config, load_config
@@ -25,6 +25,9 @@ from .models import resolve_model
 from .profiles import Profile, read_profiles
 from .rollout import run_dialogues, write_dialogues
 from .scenario import Scenario
+
+if TYPE_CHECKING:
+    from actors.system import EvaluationRoles
 
 log = logging.getLogger(__name__)
 
@@ -159,25 +162,29 @@ def evaluated_before(out_dir: Path, fingerprint: str) -> bool:
 
 
 async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profiles: Sequence[Profile],
-                   out_dir: Path, profile_source: str) -> dict:
-    """Run the agent against the frozen simulator on a fixed profile set; write dialogues + summary."""
-    from actors.system import shutdown_rollout_roles, start_rollout_roles
-
+                   out_dir: Path, profile_source: str, kept_roles: Optional[EvaluationRoles] = None) -> dict:
+    """Run the agent against the frozen simulator on a fixed profile set; write dialogues + summary. The
+    roles are started here and stopped after, or taken from (and left running in) `kept_roles`."""
     fingerprint = evaluation_fingerprint(cfg, scenario, agent_model, profiles)
     out_dir = Path(out_dir).resolve()   # actors may run in other working directories
     out_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out_dir / "config.yaml")
-    roles = await start_rollout_roles(cfg, scenario, agent_model, out_dir)
+    from actors.system import EvaluationRoles
+    holder = kept_roles or EvaluationRoles(cfg, scenario)
+    roles = await holder.play(agent_model, out_dir)
+    retried_before = roles.users.retried_turns
     try:
         result = await run_dialogues(roles.endpoints(), cfg, scenario, profiles, iteration=0, phase="eval",
                                      sampling=cfg.dialogue.agent_eval)
         records = write_dialogues(out_dir / "dialogues.jsonl", result, scenario)
         await roles.users.settle()
+        pool = {**roles.users.report(), "retried_turns": roles.users.retried_turns - retried_before}
         extra = {"dialogues_per_s": result.dialogues_per_s, "agent_tokens_per_s": result.agent_tokens_per_s,
-                 "wall_s": result.wall_s, "pool": roles.users.report()}
+                 "wall_s": result.wall_s, "pool": pool}
         await roles.stats.record_iteration.remote(0, "eval", records, extra)
     finally:
-        await shutdown_rollout_roles(roles)
+        if kept_roles is None:
+            await holder.close()
     m = compute_metrics(records, scenario.schema)
     summary = {**m.headline(), "metrics": m.to_json(), **extra, "agent": agent_model,
                "user": cfg.user.backend if cfg.user.backend == "rule" else cfg.models.user,
@@ -233,10 +240,15 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
         log.info("%s: evaluated before with the same weights, settings and profiles: its calls are kept", label)
 
     async def play_all() -> None:   # one event loop for all agents: the actors' handles live in it
-        for label, ref, folder in runs:
-            if label not in kept:
-                await evaluate(cfg, scenario, ref, profiles, folder, source)
-            records[label] = read_dialogues(folder / "dialogues.jsonl", scenario.schema)
+        from actors.system import EvaluationRoles
+        roles = EvaluationRoles(cfg, scenario)
+        try:
+            for label, ref, folder in runs:
+                if label not in kept:
+                    await evaluate(cfg, scenario, ref, profiles, folder, source, kept_roles=roles)
+                records[label] = read_dialogues(folder / "dialogues.jsonl", scenario.schema)
+        finally:
+            await roles.close()
         for label, _, folder in runs if judge else ():
             raws = await judge_dialogues(cfg, scenario, records[label], judge, max_tokens=160)
             (folder / "judge").mkdir(exist_ok=True)

@@ -230,3 +230,30 @@ def list_models() -> list[dict]:
                         "tiny:" + d.name[len("tiny-"):] if d.name.startswith("tiny-") else d.name)
                 out.append({"name": name, "path": str(d), "size_mb": round(size / 2**20, 1), **meta})
     return out
+
+
+# What a running engine fixed at start-up besides the weights: the same in both folders, or no swap.
+_ENGINE_FIXED_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json")
+_CONFIG_NOT_SHAPING = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache")
+
+
+def swappable_weights(running: Path, other: Path) -> Path | None:
+    """The safetensors file to load into an engine started on folder `running` so that it serves folder
+    `other` (`sead-ray compare` of several checkpoints: one engine start), or None when a fresh engine is
+    needed: another architecture or size, another tokenizer, or weights in several files."""
+    running, other = Path(running), Path(other)
+    weights = other / "model.safetensors"
+    if not weights.is_file():
+        return None
+    try:
+        configs = [json.loads((folder / "config.json").read_text()) for folder in (running, other)]
+    except (OSError, ValueError):
+        return None
+    shaping = [{k: v for k, v in c.items() if k not in _CONFIG_NOT_SHAPING} for c in configs]
+    if shaping[0] != shaping[1]:
+        return None
+    for name in _ENGINE_FIXED_FILES:
+        here, there = running / name, other / name
+        if here.exists() != there.exists() or (here.exists() and here.read_bytes() != there.read_bytes()):
+            return None
+    return weights

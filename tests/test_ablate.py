@@ -54,6 +54,8 @@ def test_ablate_trains_each_variant_compares_them_and_resumes(tmp_path):
     assert "| full-s0 |" in table and "| wo_ma_ps-s0 |" in table
     rows = json.loads((tmp_path / "ab" / "compare" / "compare.json").read_text())
     assert [r["agent"] for r in rows] == ["full-s0", "wo_ma_ps-s0"] and all(r["n"] == 3 for r in rows)
+    # the second checkpoint played on the engine the first one started (launch.EvaluationRoles)
+    assert proc.stderr.count("its weights loaded into the running engine") == 1, proc.stderr[-3000:]
     run = tmp_path / "ab" / "runs" / "wo_ma_ps-s0"
     profiles = [json.loads(line)["profile"] for line in (run / "dialogues" / "iter_0001.jsonl").read_text().splitlines()]
     assert all(p.get("free_form") for p in profiles), profiles   # w/o PS: no sampled state reached the simulator

@@ -79,3 +79,22 @@ def test_run_directory_references(tmp_path):
     assert resolve_model(f"{run}@iter_0002") == (run / "checkpoints" / "iter_0002" / "hf").resolve()
     with pytest.raises(ModelError, match=r"no checkpoint 'iter_0001' .* \(kept: \['iter_0002', 'iter_0003'\]"):
         resolve_model(f"{run}@iter_0001")
+
+
+def test_swappable_weights_only_between_folders_an_engine_can_serve_alike(tmp_path):
+    import shutil
+
+    from sead_ray.models import swappable_weights
+    base = resolve_model("tiny:llama-h64")
+    trained = tmp_path / "trained"
+    shutil.copytree(base, trained)
+    config = json.loads((trained / "config.json").read_text())
+    (trained / "config.json").write_text(json.dumps({**config, "use_cache": False, "_name_or_path": "x"}))
+    assert swappable_weights(base, trained) == trained / "model.safetensors"    # what a trained checkpoint differs by
+    assert swappable_weights(base, resolve_model("tiny:llama-h32")) is None      # another size
+    other_tokenizer = tmp_path / "tok"
+    shutil.copytree(trained, other_tokenizer)
+    (other_tokenizer / "tokenizer.json").write_text("{}")
+    assert swappable_weights(base, other_tokenizer) is None
+    (trained / "model.safetensors").rename(trained / "model-00001-of-00002.safetensors")
+    assert swappable_weights(base, trained) is None                              # weights in several files

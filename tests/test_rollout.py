@@ -120,6 +120,40 @@ def test_weight_update_changes_and_restores_greedy_output(roles, tmp_path):
     assert greedy() == before
 
 
+def test_the_running_engines_switch_to_another_checkpoint_of_their_model(roles, tmp_path):
+    """compare's next agent (launch.EvaluationRoles): its weights into the running engine, a stats actor
+    writing into its folder; a model the engine cannot serve alike is refused (the caller starts anew)."""
+    import shutil
+
+    import ray
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from actors.system import switch_agent
+    from sead_ray.models import resolve_model
+    base = resolve_model("tiny:llama-h64")
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(base, checkpoint)
+    gen = torch.Generator().manual_seed(1)
+    save_file({k: v + 0.5 * torch.randn(v.shape, generator=gen) if v.dim() == 2 else v
+               for k, v in load_file(str(base / "model.safetensors")).items()}, str(checkpoint / "model.safetensors"))
+    prompt = roles.tokenizer("Hello, this is a test prompt", add_special_tokens=False)["input_ids"]
+
+    def greedy():
+        return ray.get(roles.agent.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=12)).token_ids
+
+    before, stats = greedy(), roles.stats
+    assert asyncio.run(switch_agent(roles, str(checkpoint), tmp_path / "eval"))
+    assert roles.agent_path == str(checkpoint) and greedy() != before
+    assert roles.stats is not stats
+    ray.get(roles.stats.log_scalars.remote(0, {"cr": 1.0}, "eval"))
+    assert (tmp_path / "eval" / "tensorboard").is_dir(), "the new stats actor does not write into the agent's folder"
+    assert not asyncio.run(switch_agent(roles, "tiny:llama-h32", tmp_path / "other"))    # another size
+    assert roles.agent_path == str(checkpoint)
+    assert asyncio.run(switch_agent(roles, "tiny:llama-h64", tmp_path / "back"))
+    assert greedy() == before
+
+
 def test_killing_user_engines_mid_run_loses_no_dialogue(ray_cluster, roles, scenario):
     """Runs last in this module: it kills one of the module's two user-simulator engines; the pool retries
     its turns on the other and restarts it in its bundle. Then it kills both."""
