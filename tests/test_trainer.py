@@ -2,7 +2,8 @@
 setting: partitioned parameters gathered for every sync), weight versions into two real vLLM-CPU engines
 through vLLM's own RL weight-transfer API (our `gloo` backend, registered through vLLM's plugin entry point:
 the handshake the GPU `nccl` backend runs), checkpoints loadable by transformers. After every step the
-engines serve the trainer's weights: their logprobs equal the trainer's."""
+engines serve the trainer's weights: their logprobs equal the trainer's. Colocated (`placement.colocate`),
+the loop's engines sleep through every step."""
 import asyncio
 
 import numpy as np
@@ -27,8 +28,9 @@ def system(ray_cluster, scenario, tmp_path_factory):
     cfg = tiny_config("user.backend=rule", "weight_sync.transport=gloo", "agent.engines=2", "train.batch_size=4",
                       "train.micro_batch_size=2", "train.lr=1e-2", "placement.agent.cpus=0.25",
                       "placement.trainer.cpus=0.25", "trainer.zero_stage=3", "trainer.num_workers=2",
-                      "trainer.threads_per_worker=1", "weight_sync.timeout_s=30")
-    roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, run_dir))
+                      "trainer.threads_per_worker=1", "weight_sync.timeout_s=30", "placement.colocate=true",
+                      "train.iterations=2", "train.checkpoint_every=0")
+    roles = asyncio.run(start_rollout_roles(cfg, scenario, cfg.models.agent, run_dir, with_controller=True))
     trainer = TrainerGroup(cfg, str(resolve_model(cfg.models.agent)), run_dir, engines=list(roles.agents.actors.values()))
     trainer.start()
     yield cfg, roles, trainer, run_dir
@@ -173,6 +175,27 @@ def test_a_sync_that_meets_a_dead_engine_replaces_it_and_every_engine_serves_the
     assert _versions(roles) == [version, version]
     # the failed sync (at most its timeout), the replacement's start-up, its push, the sync again
     assert seconds < cfg.weight_sync.timeout_s + 120, seconds
+
+
+def test_colocated_engines_sleep_through_each_step_and_wake_for_the_new_version(system, scenario, tmp_path):
+    """`placement.colocate`, the loop's sequencing on real engines: every iteration the engines sleep for the
+    GRPO step, wake, then receive the new version; rollouts only ever reach awake engines. (vLLM-CPU ignores
+    the engines' own sleep; on GPUs it releases their memory: benchmarks/gpu_check.py.)"""
+    import ray
+
+    from actors.training_system import TrainingSystem
+    from sead_ray.checkpoint import TrainState
+    from sead_ray.controller import ProfileController
+    from sead_ray.loop import SelfEvolutionLoop
+    cfg, roles, trainer, _ = system
+    actors = list(roles.agents.actors.values())
+    seen = [len(s["events"]) for s in ray.get([a.stats.remote() for a in actors])]
+    start = TrainState(0, ProfileController(scenario, cfg.curriculum, cfg.seed).state_dict(), 0)
+    asyncio.run(SelfEvolutionLoop(cfg, scenario, TrainingSystem(roles, trainer), tmp_path, start, saved=False).run())
+    events = [s["events"][n:] for s, n in zip(ray.get([a.stats.remote() for a in actors]), seen)]
+    assert events == [["sleep", "wake", "weights v1", "sleep", "wake", "weights v2"]] * 2, events
+    records = (tmp_path / "dialogues" / "iter_0002.jsonl").read_text().splitlines()
+    assert len(records) == 4 and '"end_reason": "error"' not in "".join(records)   # no call hit a sleeping engine
 
 
 def test_a_rank_that_raises_ends_the_trainer_with_its_traceback(system):
