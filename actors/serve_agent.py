@@ -18,6 +18,7 @@ from typing import Any, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
+from ray.llm._internal.common.callbacks.base import CallbackBase  # ray is pinned: this hook's place is fixed
 
 from actors.vllm_engine import chat_completion_request
 from sead_ray.serving import OWNER, RequestError, ServeLimits, error_body, model_messages, parse_request, response_body
@@ -94,6 +95,15 @@ class AgentIngress:
                                           usage.prompt_tokens, usage.completion_tokens))
 
 
+class LocalModelFolder(CallbackBase):
+    """ray.serve.llm hook: no model download. Before its engine starts, a replica runs a task on each of its
+    nodes to fetch the model from cloud storage (a worker process that imports vLLM: ~10 s on CPU); ours
+    is a local folder, which every node of the replica already sees (as the run directory)."""
+
+    async def on_before_node_init(self) -> None:
+        self.ctx.run_init_node = False
+
+
 def build_agent_app(model_path: str, scenario: Any, api_key: str, settings: ServeSettings, engine_kwargs: dict,
                     bundles: list[dict], env: dict) -> Any:
     """The Serve application: Ray's LLM deployment (vLLM; one placement bundle per tensor-parallel rank)
@@ -106,6 +116,7 @@ def build_agent_app(model_path: str, scenario: Any, api_key: str, settings: Serv
     llm = build_llm_deployment(LLMConfig(
         model_loading_config={"model_id": settings.model_id, "model_source": model_path},
         engine_kwargs=engine_kwargs, placement_group_config={"bundles": bundles}, runtime_env={"env_vars": env},
+        callback_config={"callback_class": LocalModelFolder},
         deployment_config={"autoscaling_config": scaling, "max_ongoing_requests": settings.max_ongoing_requests}))
     ingress = AgentIngress.options(
         autoscaling_config=scaling, max_ongoing_requests=settings.max_ongoing_requests,

@@ -311,9 +311,9 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
     bundles = tensor_parallel_bundles(role, spec.tensor_parallel_size)
     env = {**ACTOR_ENV, **({} if role.gpus else {"VLLM_CPU_OMP_THREADS_BIND": "nobind"})}
     decoding = cfg.dialogue.agent_eval.as_params()
+    connect(cfg)   # before the app is built: building it starts Ray if none is connected (with Ray's defaults)
     app = build_agent_app(path, scenario, api_key, ServeSettings(
         decoding=decoding, prefill=cfg.dialogue.agent_prefill, **settings), engine_kwargs(spec), bundles, env)
-    connect(cfg)
     serve.start(http_options={"host": host, "port": port})
     t0 = time.perf_counter()
     log.info("starting the agent %s on Ray Serve (ray.serve.llm, %s replica(s))", model,

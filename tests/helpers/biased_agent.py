@@ -17,7 +17,7 @@ WITHOUT = ["Hello, how is business?", "Good day, may I talk to the owner?", "Hi,
            "Hello, do you have a minute?", "Good morning, how are you?", "Hi, I call from the platform."]
 
 
-def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: int = 150, seed: int = 0,
+def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: int = 150, seed: int = 0, lr: float = 3e-3,
                        prefill: str = '{"reply": "', estimate: Optional[dict] = None) -> Path:
     """`estimate`: every reply also carries this state estimate (the agent's full output format)."""
     import torch
@@ -52,7 +52,7 @@ def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: i
     weights = torch.tensor([w for _, w in completions])
     prompt = torch.tensor([prompt_ids])
     torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
     for _ in range(steps):
         shared = model.model(prompt, use_cache=True)
         cache = shared.past_key_values
