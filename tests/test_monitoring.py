@@ -113,12 +113,11 @@ def test_a_real_prometheus_scrapes_a_training_run(finished_run):
     def samples(promql: str) -> list[dict]:
         return query(url, promql)
 
-    deadline = time.time() + 10   # (a scrape of the run's last seconds may still be on its way)
-    while not samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])') and time.time() < deadline:
-        time.sleep(1)
     # the run's own figures, its weight syncs, the version its engine served, the engine's load, and UPA (its
     # turns carry an estimate)
-    cr = samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])')
+    deadline = time.time() + 10   # (a scrape of the run's last seconds may still be on its way)
+    while not (cr := samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])')) and time.time() < deadline:
+        time.sleep(1)
     assert cr and 0.0 <= float(cr[0]["value"][1]) <= 1.0, "no CR sample of the run in Prometheus"
     assert samples('count_over_time(ray_sead_sync_s{run="run"}[30m])'), "no weight-sync time"
     version = samples('max_over_time(ray_sead_engine_policy_version{run="run",role="agent"}[30m])')
