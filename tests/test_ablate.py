@@ -1,7 +1,8 @@
 """`sead-ray ablate`: variants as config overrides, checked before any training; end to end on the tiny
-model (each variant trained by `sead-ray train`, then compared); a second run keeps what was done, the
-comparison's calls included."""
+model (each variant trained by `sead-ray train`, then compared); what was done is kept: a variant's finished
+run is not trained again, and a second run keeps the comparison's calls too."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -43,13 +44,19 @@ SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "train.iteration
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_ablate_trains_each_variant_compares_them_and_resumes(tmp_path):
+def test_ablate_trains_each_variant_compares_them_and_resumes(finished_run, tmp_path):
     cmd = [sys.executable, "-m", "sead_ray.cli", "ablate", "--config", str(EMBEDDED_CONFIG), "--variants",
            "full,wo_ma_ps", "--seeds", "0", "--n", "3", "--seed", "1", "--out", str(tmp_path / "ab")]
     for s in SETTINGS:
         cmd += ["--set", s]
+    # as if an earlier `ablate` had been stopped after its first variant: that run (here the session's finished
+    # run, trained by `sead-ray train` on the same tiny model) is resumed, finds nothing to do, and is compared
+    full = tmp_path / "ab" / "runs" / "full-s0"
+    shutil.copytree(finished_run.path, full, symlinks=True)
+    full_metrics = (full / "metrics.jsonl").read_text()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("nothing to do") == 1 and (full / "metrics.jsonl").read_text() == full_metrics
     table = (tmp_path / "ab" / "ablation.md").read_text()
     assert "| full-s0 |" in table and "| wo_ma_ps-s0 |" in table
     rows = json.loads((tmp_path / "ab" / "compare" / "compare.json").read_text())

@@ -1,7 +1,11 @@
 """`ray job submit` as users run it, on a real two-node local cluster (`ray start --head` plus a second
-raylet offering `rollout`): a tiny training run (weights through vLLM's transfer API into its agent
-engine; two engines fed so: tests/test_trainer.py) is stopped with `ray job stop` (SIGTERM), leaves a
-checkpoint of its last completed iteration, and a second job resumes it to the end."""
+raylet offering `rollout`): a tiny training run is stopped with `ray job stop` (SIGTERM), leaves a checkpoint
+of its last completed iteration, and a second job resumes it to the end.
+
+The run also trains its simulator (the paper's train-URM ablation, `user.train`): a second trainer group
+(Ray Train + DeepSpeed) trains the LLM simulator, on the `rollout` node, on its own turns with the opposite
+reward, and both models' weights reach their engines through vLLM's transfer API over gloo, by the same path
+(TrainedRole.publish); the checkpoint holds both models and the resumed job continues both."""
 import functools
 import json
 import os
@@ -22,7 +26,9 @@ from tests.helpers.servers import free_port
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "placement.user.node_resource=rollout",
+SETTINGS = ["models.agent=tiny:llama-h64", "models.user=tiny:llama-h64", "user.backend=vllm", "user.train=true",
+            "dialogue.user.max_tokens=48", "dialogue.user_reply_max_chars=24", "engine.max_num_seqs=16",
+            "placement.user.node_resource=rollout",
             "weight_sync.transport=gloo", "placement.agent.cpus=0.25",
             "placement.trainer.cpus=0.25", "train.iterations=4", "train.batch_size=4", "train.micro_batch_size=2",
             "train.checkpoint_every=0", "dialogue.max_turns=3", "dialogue.agent_train.max_tokens=12",
@@ -151,6 +157,27 @@ def test_submit_stop_and_resume_through_ray_jobs(job_cluster, tmp_path):
     # every version reached the agent engines through vLLM's API: rollouts sampled the trainer's policy
     assert all(r["train_logprob_mismatch_mean"] < 1e-3 for r in rows), [r["train_logprob_mismatch_mean"] for r in rows]
     assert (run / "checkpoints" / "latest").resolve().name == "iter_0004"
+    _assert_the_simulator_was_trained_apart(run, rows, stopped_after)
+
+
+def _assert_the_simulator_was_trained_apart(run, rows, stopped_after):
+    from safetensors.torch import load_file
+
+    from sead_ray.models import resolve_model
+    assert [r["user_policy_version"] for r in rows] == [1, 2, 3, 4], "the simulator's weights were not versioned per step"
+    assert all(r["user_train_agent_tokens"] > 0 for r in rows), "no simulator token was trained on"
+    # each iteration's calls were answered by the simulator's previous version: sent live within a job, and
+    # loaded from the checkpoint by the resumed one (its first iteration is stopped_after + 1)
+    for it in range(1, 5):
+        answered = {json.loads(line)["user_policy_version"]
+                    for line in (run / "dialogues" / f"iter_{it:04d}.jsonl").read_text().splitlines()}
+        assert answered == {it - 1}, (it, stopped_after, answered)
+    ckpt = run / "checkpoints" / "iter_0004"
+    assert json.loads((ckpt / "state.json").read_text())["user_policy_version"] == 4
+    base = load_file(str(resolve_model("tiny:llama-h64") / "model.safetensors"))
+    user, agent = (load_file(str(folder / "hf" / "model.safetensors")) for folder in (ckpt / "user", ckpt))
+    assert any(not (user[k] == base[k]).all() for k in base), "the simulator's model did not change"
+    assert any(not (user[k] == agent[k]).all() for k in base), "the simulator was trained as the agent, not apart"
 
 
 def test_a_transport_the_cluster_cannot_carry_is_refused_before_engines_start(job_cluster, tmp_path):

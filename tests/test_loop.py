@@ -9,12 +9,12 @@ import numpy as np
 
 from sead_ray.checkpoint import TrainState
 from sead_ray.controller import ProfileController
-from sead_ray.loop import SelfEvolutionLoop
+from sead_ray.loop import SelfEvolutionLoop, user_samples_from
 from sead_ray.profiles import sample_profiles
 from sead_ray.rollout import RolloutEndpoints, run_dialogues
 from sead_ray.rule_user import RuleUserSimulator
 from sead_ray.trainer_protocol import StepMetrics, SyncResult
-from sead_ray.turn_protocol import AgentTurnOutput
+from sead_ray.turn_protocol import AgentTurnOutput, UserTurnOutput
 from tests.conftest import tiny_config
 
 REPLY = 'It is free, 700 yuan, no deposit."}'
@@ -246,3 +246,16 @@ def test_a_stop_keeps_the_last_checkpoint_when_a_save_would_outlast_it(scenario,
 
     assert run(tmp_path / "slow", 0.1) == 2
     assert run(tmp_path / "fast", 60) == 3
+
+
+def test_simulator_samples_train_only_the_simulators_tokens():
+    """user.train: the simulator's samples mask all but its own sampled tokens (the end-to-end run that
+    trains the simulator is tests/test_job_submit.py)."""
+    from sead_ray.dialogue import Trajectory
+    from sead_ray.profiles import Profile
+    turn = UserTurnOutput("hi", (1,), "continue", True, prompt_ids=[5, 6, 7], token_ids=[8, 9], logprobs=[-0.5, -0.25])
+    traj = Trajectory("d", Profile((1,), ()), [], "failure", "refuse", user_turns=[turn, turn])
+    samples = user_samples_from([traj], [0.75], max_seq_len=4)
+    assert len(samples) == 2
+    assert samples[0].token_ids == [5, 6, 7, 8] and samples[0].loss_mask == [0, 0, 0, 1]   # cut at max_seq_len
+    assert samples[0].rollout_logprobs == [0.0, 0.0, 0.0, -0.5] and samples[0].advantage == 0.75
