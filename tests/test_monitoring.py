@@ -104,7 +104,8 @@ time.sleep(300)   # until the test, once Prometheus has the figures, stops this 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_real_prometheus_scrapes_a_training_run(finished_run):
-    """The session's finished run (tests/conftest.py), scraped by the session's Prometheus while it trained."""
+    """The session's finished run (tests/conftest.py), scraped by the session's Prometheus while it trained
+    (made by an earlier test: the queries look back two hours)."""
     url = finished_run.prometheus
     if url is None:
         pytest.skip("no Prometheus binary on this machine (make test installs Debian's `prometheus` when it runs "
@@ -116,15 +117,15 @@ def test_a_real_prometheus_scrapes_a_training_run(finished_run):
     # the run's own figures, its weight syncs, the version its engine served, the engine's load, and UPA (its
     # turns carry an estimate)
     deadline = time.time() + 10   # (a scrape of the run's last seconds may still be on its way)
-    while not (cr := samples('last_over_time(ray_sead_cr{run="run",phase="train"}[30m])')) and time.time() < deadline:
+    while not (cr := samples('last_over_time(ray_sead_cr{run="run",phase="train"}[2h])')) and time.time() < deadline:
         time.sleep(1)
     assert cr and 0.0 <= float(cr[0]["value"][1]) <= 1.0, "no CR sample of the run in Prometheus"
-    assert samples('count_over_time(ray_sead_sync_s{run="run"}[30m])'), "no weight-sync time"
-    version = samples('max_over_time(ray_sead_engine_policy_version{run="run",role="agent"}[30m])')
+    assert samples('count_over_time(ray_sead_sync_s{run="run"}[2h])'), "no weight-sync time"
+    version = samples('max_over_time(ray_sead_engine_policy_version{run="run",role="agent"}[2h])')
     assert version and float(version[0]["value"][1]) == 4.0, f"policy version served: {version}"
     for load in ("requests_in_flight", "requests_running", "kv_cache_usage"):
-        assert samples(f'count_over_time(ray_sead_engine_{load}{{run="run"}}[30m])'), f"no engine {load}"
-    assert samples('last_over_time(ray_sead_upa{run="run"}[30m])'), "no UPA of the run"
+        assert samples(f'count_over_time(ray_sead_engine_{load}{{run="run"}}[2h])'), f"no engine {load}"
+    assert samples('last_over_time(ray_sead_upa{run="run"}[2h])'), "no UPA of the run"
     assert {s["metric"].get("SessionName") for s in cr} != {None}, "the dashboard filters on SessionName"
 
     # ATT needs a success, which the tiny random agent never has (a gauge without a value is not exported):
@@ -137,13 +138,13 @@ def test_a_real_prometheus_scrapes_a_training_run(finished_run):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:   # the new session's service discovery, Ray's export and the scrapes take a few seconds
             deadline = time.time() + 120
-            while not samples('last_over_time(ray_sead_att{run="hand"}[30m])') and time.time() < deadline:
+            while not samples('last_over_time(ray_sead_att{run="hand"}[2h])') and time.time() < deadline:
                 assert hand.poll() is None, hand.communicate()[0][-3000:]
                 time.sleep(1)
         finally:
             hand.terminate()
             hand.wait(timeout=60)
-    assert samples('last_over_time(ray_sead_att{run="hand"}[30m])'), "no ATT of the hand-made calls"
+    assert samples('last_over_time(ray_sead_att{run="hand"}[2h])'), "no ATT of the hand-made calls"
 
     # every metric the dashboard reads is one Prometheus has
     with urllib.request.urlopen(f"{url}/api/v1/label/__name__/values", timeout=10) as resp:
