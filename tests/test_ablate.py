@@ -44,7 +44,7 @@ SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "train.iteration
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_ablate_trains_each_variant_compares_them_and_resumes(finished_run, tmp_path):
+def test_ablate_trains_the_variants_it_lacks_compares_them_and_resumes(finished_run, tmp_path):
     cmd = [sys.executable, "-m", "sead_ray.cli", "ablate", "--config", str(EMBEDDED_CONFIG), "--variants",
            "full,wo_ma_ps", "--seeds", "0", "--n", "3", "--seed", "1", "--out", str(tmp_path / "ab")]
     for s in SETTINGS:
