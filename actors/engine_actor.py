@@ -1,8 +1,8 @@
 """EngineActor: what every engine actor is, whatever role it plays. A vLLM engine (or none: the rule
-simulator) serving one weight version, taking the next one by any transport of actors.weight_sync, and
+simulator) serving one weight version, taking the next one by any transport of actors.weights.sync, and
 sleeping while the trainer steps (`placement.colocate`: on CPU, the sequencing of GPU colocation). The
-roles are thin subclasses made remote with @ray.remote: actors.agent_policy (generates the agent's
-turns), actors.user_sim (answers as the user)."""
+roles are thin subclasses made remote with @ray.remote: actors.agent (generates the agent's
+turns), actors.user (answers as the user)."""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +13,7 @@ from typing import Optional
 import ray
 
 from actors.vllm_engine import EngineSpec, VLLMEngine
-from actors.weight_sync import WeightHandle, apply_handle
+from actors.weights.sync import WeightHandle, apply_handle
 
 
 class EngineAsleepError(RuntimeError):
@@ -49,13 +49,13 @@ class EngineActor:
         return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
 
     async def apply_weights(self, handle: WeightHandle) -> dict:
-        """Apply a published weight version (shm or object_store transport; actors/weight_sync.py)."""
+        """Apply a published weight version (shm or object_store transport; actors/weights/sync.py)."""
         tensors, seconds = await apply_handle(self.engine, handle)
         self._serve(handle.version)
         return {"tensors": tensors, "apply_s": seconds, "version": handle.version}
 
     # vLLM's weight-transfer API (gloo / nccl): called by the trainer's rank 0 through
-    # actors.weight_sync.EnginePoolClient; update_weights blocks while the tensors stream in.
+    # actors.weights.sync.EnginePoolClient; update_weights blocks while the tensors stream in.
     async def init_weight_transfer_engine(self, init_info: dict) -> None:
         await self.engine.init_weight_transfer(init_info)
 

@@ -1,6 +1,6 @@
 """Ray custom metrics of the roles: Gauges named `sead_<name>` (Prometheus shows them as
 `ray_sead_<name>`; the names and units are listed in the README's "Monitoring" section and used by the
-Grafana dashboard, sead_ray/dashboard.py)."""
+Grafana dashboard, sead_ray/ops/dashboard.py)."""
 from __future__ import annotations
 
 import threading

@@ -1,11 +1,11 @@
 """JudgeActor: a local model as the LLM judge of `sead-ray judge`, decoding greedily under the
-judgement's JSON schema (sead_ray/judge.py has the rubric and the parser)."""
+judgement's JSON schema (sead_ray/evaluation/judge.py has the rubric and the parser)."""
 from __future__ import annotations
 
 import ray
 
 from actors.vllm_engine import EngineSpec, VLLMEngine
-from sead_ray.judge import judge_schema
+from sead_ray.evaluation.judge import judge_schema
 
 
 @ray.remote

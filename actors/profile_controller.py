@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ray
 
-from sead_ray.config_schema import CurriculumConfig
-from sead_ray.controller import ProfileController
-from sead_ray.profiles import Profile
-from sead_ray.scenario import Scenario
+from sead_ray.core.config_schema import CurriculumConfig
+from sead_ray.curriculum.controller import ProfileController
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.scenario import Scenario
 
 
 @ray.remote(num_cpus=0)

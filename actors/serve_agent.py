@@ -1,7 +1,7 @@
 """The agent on Ray Serve: Ray's own LLM serving (`ray.serve.llm`: a vLLM engine per replica, replicas
 autoscaled between bounds) behind a thin FastAPI ingress that checks the API key, bounds the request,
 applies the scenario server-side and returns the spoken reply with the state estimate apart
-(sead_ray/serving.py has the protocol).
+(sead_ray/agent/serving.py has the protocol).
 
 Bounds: a body over `max_request_bytes` gets 413; malformed requests 400; a missing or wrong key 401;
 beyond `max_ongoing_requests` per ingress replica, requests queue up to `max_queued_requests` and
@@ -21,7 +21,7 @@ from ray import serve
 from ray.llm._internal.common.callbacks.base import CallbackBase  # ray is pinned: this hook's place is fixed
 
 from actors.vllm_engine import chat_completion_request
-from sead_ray.serving import OWNER, RequestError, ServeLimits, error_body, model_messages, parse_request, response_body
+from sead_ray.agent.serving import OWNER, RequestError, ServeLimits, error_body, model_messages, parse_request, response_body
 
 api = FastAPI(title="sead-ray agent")
 

@@ -16,9 +16,9 @@ from typing import Optional
 import ray
 
 from actors.gauges import RayGauges
-from sead_ray.jsonl import append_jsonl
-from sead_ray.metrics import compute_metrics
-from sead_ray.state import StateSchema
+from sead_ray.core.jsonl import append_jsonl
+from sead_ray.evaluation.metrics import compute_metrics
+from sead_ray.scenario.state import StateSchema
 
 # Row keys shown as TensorBoard scalars and Ray Gauges (plus every `train_*` figure of the GRPO step).
 _SCALARS = ("cr", "att", "upa", "ei", "ti", "ci", "agent_parse_failures", "user_parse_failures", "dialogues_per_s",

@@ -1,6 +1,6 @@
 """TrainerGroup: a Ray Train TorchTrainer, started once per run and kept alive, serving GRPO steps.
 
-The driver posts typed requests (sead_ray.trainer_protocol) to a `TrainerMailbox` actor, one shard per rank; every
+The driver posts typed requests (sead_ray.training.trainer_protocol) to a `TrainerMailbox` actor, one shard per rank; every
 worker loop takes its request, runs it on its DeepSpeed ZeRO-3 engine, and posts a typed result back. ZeRO-3 for
 real: parameters, gradients and optimizer states are partitioned over the ranks; weight sync and checkpoints gather
 each parameter with every rank taking part (it is a collective) and only rank 0 keeping the full tensor (the
@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import ray
 
-from sead_ray.trainer_protocol import (
+from sead_ray.training.trainer_protocol import (
     CUDA_ALLOC_CONF,
     LoadRequest,
     LogprobsRequest,
@@ -142,7 +142,7 @@ class _Worker:
             ref_model.requires_grad_(False)
             self.ref, *_ = deepspeed.initialize(model=ref_model, config=ref_config, dist_init_required=False)
             self.ref.eval()
-        self.steps, self.transport = 0, None     # the actors.weight_sync transport is built at the first sync
+        self.steps, self.transport = 0, None     # the actors.weights.sync transport is built at the first sync
 
     def ready(self) -> WorkerReady:
         params = list(self.engine.module.parameters())
@@ -154,14 +154,14 @@ class _Worker:
 
     def _logprob_fn(self, engine: Any, temperature: Optional[float] = None):
         """Logprobs as the rollouts sampled them (the training temperature) unless `temperature` is given."""
-        from sead_ray.grpo import forward_logprobs
+        from sead_ray.training.grpo import forward_logprobs
         t = self.settings.temperature if temperature is None else temperature
         return lambda batch, with_entropy: forward_logprobs(engine, batch, self.device, with_entropy,
                                                             entropy_grad=self.settings.entropy_coef > 0, temperature=t)
 
     def step(self, request: StepRequest, shard: list[Sample]) -> RankStepResult:
         """One GRPO update over this rank's shard."""
-        from sead_ray.grpo import gradient_norm, grpo_update, micro_batches
+        from sead_ray.training.grpo import gradient_norm, grpo_update, micro_batches
         t0 = time.perf_counter()
         s = self.settings
         batches = micro_batches(shard, s.micro_batch_size, self.pad_id, s.max_seq_len, pad_to=s.grad_accum_steps)
@@ -193,13 +193,13 @@ class _Worker:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
 
     def weights(self) -> Any:
-        from actors.weight_sync import GatheredWeights
+        from actors.weights.sync import GatheredWeights
         return GatheredWeights(self.engine.module, self.settings.zero_stage, self.rank)
 
     def sync_weights(self, request: SyncRequest, engines: list) -> Optional[SyncResult]:
         """Every rank takes part (gathers are collectives); rank 0 ships to every engine of the trained role."""
         if self.transport is None or request.engines is not None:   # the first sync, or an engine was replaced
-            from actors.weight_sync import make_transport
+            from actors.weights.sync import make_transport
             if self.transport is not None:
                 self.transport.close()
             self.transport = make_transport(request.transport, engines=engines if request.engines is None else
@@ -229,7 +229,7 @@ class _Worker:
         """Logprob of each token given its prefix (index 0 gets 0.0), for rollout/trainer agreement."""
         import torch
 
-        from sead_ray.grpo import micro_batches
+        from sead_ray.training.grpo import micro_batches
         samples = [Sample(ids, [1] * len(ids), [0.0] * len(ids), 0.0) for ids in token_ids]
         out = []
         with torch.no_grad():

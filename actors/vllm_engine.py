@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from sead_ray.trainer_protocol import WEIGHT_TRANSPORTS
+from sead_ray.core.transports import WEIGHT_TRANSPORTS
 
 # Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine.
 WORKER_EXTENSION = "actors.vllm_engine.WeightReloadExtension"
@@ -55,7 +55,7 @@ class WeightReloadExtension:
     runner's `reload_weights` is the path that works (PLATFORM_NOTES.md)."""
 
     def sead_reload_from_file(self, path: str) -> int:
-        from actors.weight_files import map_weight_file
+        from actors.weights.files import map_weight_file
         tensors = map_weight_file(path)   # read where it lies: the loader's copy is the only one
         self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
         refresh_tied_lm_head(self.model_runner.get_model())
@@ -315,15 +315,15 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
                       block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
                       tensor_parallel_size=tensor_parallel,
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu,
-                      weight_transfer_backend=transport if WEIGHT_TRANSPORTS[transport].vllm_api and takes_weights(cfg, role)
-                      else "")
+                      weight_transfer_backend=(transport if WEIGHT_TRANSPORTS.get(transport).vllm_api
+                                               and takes_weights(cfg, role) else ""))
 
 
 _kv_logged: set = set()
 
 
 def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: int, on_gpu: bool) -> int:
-    """`engine.kv_cache_mb: auto` for one engine of `role` (sead_ray.memory_plan.auto_kv_cache_mb): the
+    """`engine.kv_cache_mb: auto` for one engine of `role` (sead_ray.ops.memory_plan.auto_kv_cache_mb): the
     agent's system prompt counted at 3 characters a token (an upper estimate), the memory available on
     this node now as the cap on CPU; logged once per role and model."""
     import logging
@@ -331,13 +331,14 @@ def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: in
 
     import psutil
 
-    from sead_ray import memory_plan
-    from sead_ray.prompts.agent import agent_system_prompt
-    from sead_ray.scenario import load_scenario
+    from sead_ray.agent.prompt import agent_system_prompt
+    from sead_ray.ops import memory_plan
+    from sead_ray.scenario.scenario import load_scenario
+    from sead_ray.user.simulators import user_on_engine
     shape = memory_plan.ModelShape.from_hf_config(Path(model_path) / "config.json")
     prompt_tokens = len(agent_system_prompt(load_scenario(cfg.resolve_path(cfg.scenario)))) // 3
     user_engines = cfg.user.engines if isinstance(cfg.user.engines, int) else 1
-    engines = cfg.agent.engines + (user_engines if cfg.user.backend == "vllm" else 0)
+    engines = cfg.agent.engines + (user_engines if user_on_engine(cfg.user) else 0)
     # on a GPU the cap is the device: what its memory leaves after the weights and the engine's runtime
     mb, why = memory_plan.auto_kv_cache_mb(cfg, shape, tensor_parallel, prompt_tokens,
                                            None if on_gpu else psutil.virtual_memory().available, engines,

@@ -7,7 +7,7 @@ The check machine has the image's torch and transformers and no vLLM, DeepSpeed 
 files travel with the repository and nothing can be downloaded there. So this script needs nothing else:
 no carried wheels (DeepSpeed, a 14B checkpoint or a tokenizer are not needed), a model built from a config
 with random weights (memory and time do not depend on their values), and the project's own pure modules
-(`sead_ray.grpo`, `sead_ray.memory_plan`, which import neither Ray nor vLLM). What it cannot check there:
+(`sead_ray.training.grpo`, `sead_ray.ops.memory_plan`, which import neither Ray nor vLLM). What it cannot check there:
 vLLM's engines, DeepSpeed's ZeRO-3 partitioning (the plan's shard lines) and multi-GPU NCCL.
 
 Each check prints one line (`ok`, `FAIL` with the error, or `skip` with the reason) and the script goes on
@@ -19,7 +19,7 @@ past a failure; the JSON (--out) is written again after every check.
               the weights packed into `weight_sync.bucket_mb` buffers, broadcast, unpacked and compared;
               the communicator's memory against memory_plan.NCCL_COMMUNICATOR_BYTES (CPU: gloo)
   model       a Qwen2.5-14B-shaped model cut to --layers layers with the full vocabulary, from a config
-  grpo_step   one GRPO micro-step (sead_ray.grpo: logits of the trained positions, clipped loss, backward,
+  grpo_step   one GRPO micro-step (sead_ray.training.grpo: logits of the trained positions, clipped loss, backward,
               AdamW) on one call of --seq tokens of which --trained are the agent's; torch's
               max_memory_allocated per phase against the plan's lines for the same shape and config
   logprobs    the trainer's bf16 logprobs against an fp32 reference of the same weights
@@ -104,7 +104,7 @@ def build_model(args, dtype):
 def plan_config(args, dtype_name: str):
     """The run config whose plan describes this step: one ZeRO-0 rank, one call of --seq tokens, --trained of
     them the agent's (as max_turns turns of max_tokens)."""
-    from sead_ray.config import load_config
+    from sead_ray.core.config import load_config
     turns = max(1, args.trained // 64)
     return load_config(ROOT / "configs" / "embedded.yaml", [
         f"models.dtype={dtype_name}", "trainer.num_workers=1", "trainer.zero_stage=0", "train.micro_batch_size=1",
@@ -117,7 +117,7 @@ def one_call_batch(args, pad_id: int = 0):
     """One call of --seq tokens whose last --trained positions (in spans of 64, as agent turns) are trained."""
     import torch
 
-    from sead_ray.grpo import collate
+    from sead_ray.training.grpo import collate
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, args.vocab, (args.seq,), generator=g).tolist()
     mask = [0] * args.seq
@@ -150,7 +150,7 @@ def main(args) -> dict:
     def context():
         if not cuda:
             raise SkipCheck(no_cuda)
-        from sead_ray.memory_plan import CUDA_CONTEXT_BYTES
+        from sead_ray.ops.memory_plan import CUDA_CONTEXT_BYTES
         torch.cuda.init()
         torch.zeros(1, device="cuda")
         free, total = torch.cuda.mem_get_info()
@@ -162,7 +162,7 @@ def main(args) -> dict:
     def allocator():
         if not cuda:
             raise SkipCheck(no_cuda)
-        from sead_ray.trainer_protocol import CUDA_ALLOC_CONF
+        from sead_ray.training.trainer_protocol import CUDA_ALLOC_CONF
         torch.cuda.memory._set_allocator_settings(CUDA_ALLOC_CONF)
         x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
         del x
@@ -172,8 +172,8 @@ def main(args) -> dict:
     def nccl():
         import torch.distributed as dist
 
-        from sead_ray.config_schema import WeightSyncConfig
-        from sead_ray.memory_plan import NCCL_COMMUNICATOR_BYTES
+        from sead_ray.core.config_schema import WeightSyncConfig
+        from sead_ray.ops.memory_plan import NCCL_COMMUNICATOR_BYTES
         backend = "nccl" if cuda else "gloo"
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29517")
@@ -231,7 +231,7 @@ def main(args) -> dict:
         m = build_model(args, dtype)
         state["model"] = m
         params = sum(p.numel() for p in m.parameters())
-        from sead_ray.memory_plan import ModelShape, trainer_plan
+        from sead_ray.ops.memory_plan import ModelShape, trainer_plan
         shape = ModelShape("cut", args.layers, args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab)
         state["shape"], state["plan"] = shape, trainer_plan(plan_config(args, dtype_name), shape)
         out = {"params_m": round(params / 1e6, 1), "plan_params_m": round(shape.params / 1e6, 1),
@@ -247,7 +247,7 @@ def main(args) -> dict:
     def grpo_step():
         if "model" not in state:
             raise SkipCheck("no model (the model check failed)")
-        from sead_ray.grpo import forward_logprobs, policy_loss
+        from sead_ray.training.grpo import forward_logprobs, policy_loss
         m, plan = state["model"], state["plan"]
         batch = one_call_batch(args)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-6, foreach=False)
@@ -302,7 +302,7 @@ def main(args) -> dict:
             raise SkipCheck("bf16 vs fp32 is a GPU question (the CPU trainer runs fp32): skipped")
         import copy
 
-        from sead_ray.grpo import forward_logprobs
+        from sead_ray.training.grpo import forward_logprobs
         batch = one_call_batch(args)
         m = state["model"]
         with torch.no_grad():
@@ -318,7 +318,7 @@ def main(args) -> dict:
     def throughput():
         if "model" not in state:
             raise SkipCheck("no model (the model check failed)")
-        from sead_ray.grpo import forward_logprobs, policy_loss
+        from sead_ray.training.grpo import forward_logprobs, policy_loss
         m, batch = state["model"], one_call_batch(args)
         mask = batch.loss_mask.to(args.device)
         times = []
@@ -357,7 +357,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
                    help="store every layer's activations (the plan's other case)")
     args = p.parse_args(argv)
-    # Qwen2.5-14B's shape (sead_ray.memory_plan.KNOWN_SHAPES) with the full vocabulary
+    # Qwen2.5-14B's shape (sead_ray.ops.memory_plan.KNOWN_SHAPES) with the full vocabulary
     args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab = 5120, 13824, 40, 8, 152064
     if args.small:
         args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab = 64, 128, 4, 2, 512

@@ -34,9 +34,9 @@ def parse_args():
 
 
 def train(config: str, overrides: list[str], run_dir: Path) -> float:
-    cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", config, "--out", str(run_dir)]
+    cmd = [sys.executable, "-m", "sead_ray.cli.main", "train", "--config", config, "--out", str(run_dir)]
     if (run_dir / "config.yaml").exists():        # resume an interrupted run instead of starting over
-        cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--resume", str(run_dir)]
+        cmd = [sys.executable, "-m", "sead_ray.cli.main", "train", "--resume", str(run_dir)]
     for item in overrides:
         cmd += ["--set", item]
     t0 = time.perf_counter()
@@ -45,7 +45,7 @@ def train(config: str, overrides: list[str], run_dir: Path) -> float:
 
 
 def main() -> int:
-    from sead_ray.report import learning_summary, read_metrics_rows
+    from sead_ray.evaluation.report import learning_summary, read_metrics_rows
     args = parse_args()
     out = Path(args.out)
     walls = {}

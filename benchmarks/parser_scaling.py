@@ -33,8 +33,9 @@ def seconds(fn, text: str, repeats: int = 3) -> float:
 
 
 def main(args) -> dict:
-    from sead_ray.prompts import parse_agent_output, parse_user_output
-    from sead_ray.scenario import load_scenario
+    from sead_ray.agent.prompt import parse_agent_output
+    from sead_ray.scenario.scenario import load_scenario
+    from sead_ray.user.llm_prompt import parse_user_output
     schema = load_scenario(ROOT / "configs" / "scenarios" / "restaurant_promotion.yaml").schema
     parsers = {"agent": lambda t: parse_agent_output(t, schema), "user": lambda t: parse_user_output(t, schema, (1, 1, 1))}
     lengths = [1000 * 2**k for k in range(10) if 1000 * 2**k <= args.max_chars]

@@ -45,12 +45,12 @@ async def main(args) -> dict:
     import numpy as np
     import ray
 
-    from actors.system import init_ray, shutdown_rollout_roles, start_rollout_roles
+    from actors.rollout_roles import init_ray, shutdown_rollout_roles, start_rollout_roles
     from benchmarks.turn_sync import recording_endpoints, replay, turn_sync_endpoints
-    from sead_ray.config import load_config
-    from sead_ray.profiles import sample_profiles
-    from sead_ray.rollout import run_dialogues
-    from sead_ray.scenario import load_scenario
+    from sead_ray.core.config import load_config
+    from sead_ray.play.rollout import run_dialogues
+    from sead_ray.scenario.profiles import sample_profiles
+    from sead_ray.scenario.scenario import load_scenario
 
     defaults = ["ray.dashboard=false", "dialogue.max_turns=6", "user.backend=vllm", "curriculum.user_set="]
     cfg = load_config(args.config, defaults + args.overrides)

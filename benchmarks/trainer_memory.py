@@ -36,7 +36,7 @@ def synthetic_batch(n: int, seq_len: int, vocab: int, seed: int = 0) -> list:
     ~50 tokens between user turns; alternating advantages so the gradient is not zero."""
     import random
 
-    from sead_ray.trainer_protocol import Sample
+    from sead_ray.training.trainer_protocol import Sample
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -54,10 +54,10 @@ def synthetic_batch(n: int, seq_len: int, vocab: int, seed: int = 0) -> list:
 def main(args) -> dict:
     import ray
 
-    from actors.system import init_ray
+    from actors.rollout_roles import init_ray
     from actors.trainer import TrainerGroup
-    from sead_ray.config import load_config
-    from sead_ray.models import resolve_model
+    from sead_ray.core.config import load_config
+    from sead_ray.core.models import resolve_model
 
     results: dict = {"seq_len": args.seq_len, "batch": args.batch, "settings": {}}
     for checkpointing in (False, True):

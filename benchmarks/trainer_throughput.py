@@ -82,11 +82,11 @@ def layout_of(cfg) -> str:
 def run_layout(args, overrides: list[str]) -> dict:
     import ray
 
-    from actors.system import init_ray
+    from actors.rollout_roles import init_ray
     from actors.trainer import TrainerGroup
     from benchmarks.trainer_memory import synthetic_batch
-    from sead_ray.config import load_config
-    from sead_ray.models import resolve_model
+    from sead_ray.core.config import load_config
+    from sead_ray.core.models import resolve_model
     # no KL or entropy term: a step with zero advantages has no gradient (the warm-up leaves the weights)
     cfg = load_config(args.config, ["ray.dashboard=false", f"train.batch_size={args.batch}", "train.kl_coef=0",
                                     "train.entropy_coef=0", *overrides, *args.overrides])
@@ -119,7 +119,7 @@ def run_layout(args, overrides: list[str]) -> dict:
 
 
 def main(args) -> dict:
-    from sead_ray.config import load_config
+    from sead_ray.core.config import load_config
     names = [n for n in args.layouts.split(",") if n]
     unknown = [n for n in names if n not in LAYOUTS]
     if unknown:

@@ -83,8 +83,8 @@ def end_to_end_sync(model_path: Path, agent, repeats: int, version: int) -> list
     import ray
 
     from actors.trainer import TrainerGroup
-    from sead_ray.config import load_config
-    from sead_ray.trainer_protocol import Sample
+    from sead_ray.core.config import load_config
+    from sead_ray.training.trainer_protocol import Sample
     cfg = load_config(ROOT / "configs" / "embedded.yaml", [f"models.agent={model_path}", "weight_sync.transport=shm",
                                                           "train.lr=1e-3", "placement.trainer.cpus=0.5"])
     trainer = TrainerGroup(cfg, str(model_path), Path(tempfile.mkdtemp(prefix="sead-sync-bench-")), engines=[agent])
@@ -110,10 +110,10 @@ async def main(args) -> dict:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from actors.agent_policy import AgentPolicyActor
+    from actors.agent import AgentPolicyActor
     from actors.vllm_engine import EngineSpec
-    from actors.weight_sync import make_transport
-    from sead_ray.models import resolve_model
+    from actors.weights.sync import make_transport
+    from sead_ray.core.models import resolve_model
 
     path = resolve_model(args.model)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,

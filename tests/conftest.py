@@ -20,7 +20,7 @@ SCENARIO = ROOT / "configs" / "scenarios" / "restaurant_promotion.yaml"
 
 @pytest.fixture(scope="session")
 def scenario():
-    from sead_ray.scenario import load_scenario
+    from sead_ray.scenario.scenario import load_scenario
     return load_scenario(SCENARIO)
 
 
@@ -33,7 +33,7 @@ def schema(scenario):
 def smollm_tokenizer():
     from transformers import AutoTokenizer
 
-    from sead_ray.models import prepare_embedded
+    from sead_ray.core.models import prepare_embedded
     return AutoTokenizer.from_pretrained(prepare_embedded())
 
 
@@ -49,7 +49,7 @@ TEST_SETTING = ["curriculum.user_set=''", "train.rollouts_per_profile=1", "train
 
 def tiny_config(*overrides: str):
     """The embedded config shrunk for tests: tiny random Llama engines, short calls, small caches."""
-    from sead_ray.config import load_config
+    from sead_ray.core.config import load_config
     base = ["models.agent=tiny:llama-h64", "models.user=tiny:llama-h64", "dialogue.max_turns=4",
             "dialogue.agent_train.max_tokens=12", "dialogue.agent_eval.max_tokens=12",
             "dialogue.user.max_tokens=48", "dialogue.user_reply_max_chars=24", "engine.kv_cache_mb=64",
@@ -110,7 +110,7 @@ FINISHED_RUN_SETTINGS = [
 
 def train_command(*args: str) -> list[str]:
     """`sead-ray train ARGS` with the finished run's settings."""
-    return [sys.executable, "-m", "sead_ray.cli", "train", *map(str, args),
+    return [sys.executable, "-m", "sead_ray.cli.main", "train", *map(str, args),
             *[a for s in FINISHED_RUN_SETTINGS for a in ("--set", s)]]
 
 
@@ -130,7 +130,7 @@ def prometheus(tmp_path_factory) -> Iterator[Optional[str]]:
         yield None
         return
     port = free_port()
-    monitor = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "monitor", "--dir",
+    monitor = subprocess.Popen([sys.executable, "-m", "sead_ray.cli.main", "monitor", "--dir",
                                 str(tmp_path_factory.mktemp("monitor")), "--port", str(port), "--scrape-interval", "1s",
                                 "--no-grafana"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from sead_ray.ablate import VARIANTS, parse_seeds, parse_variants, train_command
-from sead_ray.cli_inputs import UsageError
-from sead_ray.config import load_config
+from sead_ray.core.config import load_config
+from sead_ray.runs.ablate import VARIANTS, parse_seeds, parse_variants, train_command
+from sead_ray.runs.inputs import UsageError
 from tests.conftest import EMBEDDED_CONFIG, TEST_SETTING
 
 
@@ -45,7 +45,7 @@ SETTINGS = ["models.agent=tiny:llama-h64", "user.backend=rule", "train.iteration
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_ablate_trains_the_variants_it_lacks_compares_them_and_resumes(finished_run, tmp_path):
-    cmd = [sys.executable, "-m", "sead_ray.cli", "ablate", "--config", str(EMBEDDED_CONFIG), "--variants",
+    cmd = [sys.executable, "-m", "sead_ray.cli.main", "ablate", "--config", str(EMBEDDED_CONFIG), "--variants",
            "full,wo_ma_ps", "--seeds", "0", "--n", "3", "--seed", "1", "--out", str(tmp_path / "ab")]
     for s in SETTINGS:
         cmd += ["--set", s]
@@ -61,7 +61,7 @@ def test_ablate_trains_the_variants_it_lacks_compares_them_and_resumes(finished_
     assert "| full-s0 |" in table and "| wo_ma_ps-s0 |" in table
     rows = json.loads((tmp_path / "ab" / "compare" / "compare.json").read_text())
     assert [r["agent"] for r in rows] == ["full-s0", "wo_ma_ps-s0"] and all(r["n"] == 3 for r in rows)
-    # the second checkpoint played on the engine the first one started (launch.EvaluationRoles)
+    # the second checkpoint played on the engine the first one started (actors.rollout_roles.EvaluationRoles)
     assert proc.stderr.count("its weights loaded into the running engine") == 1, proc.stderr[-3000:]
     run = tmp_path / "ab" / "runs" / "wo_ma_ps-s0"
     profiles = [json.loads(line)["profile"] for line in (run / "dialogues" / "iter_0001.jsonl").read_text().splitlines()]

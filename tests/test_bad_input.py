@@ -1,6 +1,6 @@
 """Every bad input is exit code 2 with a one-line message naming the file, line or key, never a traceback.
 
-`sead_ray.cli.main` runs in this process; every case fails before Ray would start (and Ray's start is
+`sead_ray.cli.main.main` runs in this process; every case fails before Ray would start (and Ray's start is
 replaced by a failure, so a case that got that far fails instead of starting a cluster).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 import pytest
 import yaml
 
-from sead_ray.cli import main
+from sead_ray.cli.main import main
 from tests.conftest import EMBEDDED_CONFIG, SCENARIO
 from tests.test_metrics import HAND
 
@@ -24,7 +24,7 @@ AGENT = ("--agent", "tiny:llama-h64")
 def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("this bad input got as far as starting Ray")
-    monkeypatch.setattr("sead_ray.launch.connect", refuse)
+    monkeypatch.setattr("actors.rollout_roles.init_ray", refuse)   # sead_ray.runs.cluster.connect calls it
     monkeypatch.delenv("SEAD_RAY_API_KEY", raising=False)   # the cases without a key must not find one
 
 
@@ -60,7 +60,7 @@ def _dialogue_with(value_text: str) -> str:
 
 
 def _profile_line(**changes) -> str:
-    from sead_ray.scenario import load_scenario
+    from sead_ray.scenario.scenario import load_scenario
     behavior = load_scenario(SCENARIO).behaviors[0].text
     record = {"cooperation": 2, "emotion": 1, "trust": 3, "behaviors": [behavior], **changes}
     return json.dumps(record) + "\n"
@@ -75,7 +75,7 @@ def _huge_scenario(tmp) -> str:
 
 
 def _run_dir(tmp, curriculum: str) -> str:
-    from sead_ray.config import dump_config, load_config
+    from sead_ray.core.config import dump_config, load_config
     run = tmp / "run"
     (run / "curriculum").mkdir(parents=True)
     dump_config(load_config(EMBEDDED_CONFIG), run / "config.yaml")
@@ -235,6 +235,19 @@ CASES = {
     "ablate unknown variant": lambda t: (
         ["ablate", "--config", EMBEDDED_CONFIG, "--variants", "full,fancy", "--n", 1, "--out", t / "ab"],
         ["--variants", "fancy"]),
+    # every extension point refuses a name nothing registered, listing the known ones
+    "unknown reward": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "train.reward=nope", "--out", t / "run"],
+        ["train.reward = 'nope'", "known: outcome"]),
+    "unknown user simulator": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "user.backend=nope", "--out", t / "run"],
+        ["user.backend = 'nope'", "known: rule, vllm"]),
+    "unknown weight transport": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "weight_sync.transport=nope", "--out", t / "run"],
+        ["weight_sync.transport = 'nope'", "known: gloo, nccl, object_store, shm"]),
+    "unknown advantage estimator": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "train.advantage_mode=nope", "--out", t / "run"],
+        ["train.advantage_mode = 'nope'", "known: batch_mean, group_mean, group_norm"]),
     "trained rule simulator": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "user.train=true", "--out", t / "run"],
         ["user.train", "user.backend = vllm"]),
@@ -269,7 +282,7 @@ def test_no_case_left_files_behind_on_refusal(tmp_path, capsys):
 # --------------------------------------------------------------------------- what must keep working
 
 def test_curriculum_mode_off_loads_from_yaml_and_set(tmp_path, capsys):
-    from sead_ray.config import dump_config, load_config
+    from sead_ray.core.config import dump_config, load_config
     cfg_file = tmp_path / "off.yaml"
     cfg_file.write_text(EMBEDDED_CONFIG.read_text().replace("mode: paper", "mode: off")
                         .replace("scenario: scenarios/", f"scenario: {SCENARIO.parent}/"))
@@ -290,25 +303,25 @@ def test_curriculum_mode_off_loads_from_yaml_and_set(tmp_path, capsys):
 
 
 def test_other_booleans_are_still_not_modes():
-    from sead_ray.config import ConfigError, load_config
+    from sead_ray.core.config import ConfigError, load_config
     with pytest.raises(ConfigError, match="curriculum.mode = True"):
         load_config(EMBEDDED_CONFIG, ["curriculum.mode=on"])
 
 
 def test_finite_numbers_and_zero_seed_still_load():
-    from sead_ray.config import load_config
+    from sead_ray.core.config import load_config
     cfg = load_config(EMBEDDED_CONFIG, ["train.lr=1e-6", "seed=0", "train.success_reward=-2.5"])
     assert (cfg.train.lr, cfg.seed, cfg.train.success_reward) == (1e-6, 0, -2.5)
 
 
 def test_profiles_that_break_rules_are_replayed_with_a_warning(tmp_path, scenario, caplog):
     """A profile against the consistency rules is a warning, not an error: users replay such sets on purpose."""
-    from sead_ray.profiles import Profile, read_profiles
+    from sead_ray.scenario.profiles import Profile, read_profiles
     broken = next((s, b) for s in scenario.schema.grid() for b in scenario.behaviors
                   if scenario.violated_rules(s, (b,)))
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps(Profile(broken[0], (broken[1].text,)).to_json(scenario.schema)) + "\n")
-    with caplog.at_level(logging.WARNING, logger="sead_ray.profiles"):
+    with caplog.at_level(logging.WARNING, logger="sead_ray.scenario.profiles"):
         profiles = read_profiles(path, scenario)
     assert len(profiles) == 1
     assert any("p.jsonl:1" in r.getMessage() and "violates rule" in r.getMessage() for r in caplog.records)

@@ -3,7 +3,7 @@ metrics lines."""
 import json
 import os
 
-from sead_ray.checkpoint import TrainState, latest_checkpoint, prune_checkpoints, save_checkpoint, truncate_metrics
+from sead_ray.training.checkpoint import TrainState, latest_checkpoint, prune_checkpoints, save_checkpoint, truncate_metrics
 
 
 def _save(run, iteration, keep=0):
@@ -47,7 +47,7 @@ def test_checkpoints_outside_the_run_directory_are_never_followed(tmp_path):
 
 
 def test_metrics_rows_are_appended_whole(tmp_path):
-    from sead_ray.jsonl import append_jsonl
+    from sead_ray.core.jsonl import append_jsonl
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"iteration": 1}\n{"iterat')          # torn by an older writer
     append_jsonl(path, {"iteration": 2})
@@ -70,9 +70,9 @@ def test_a_run_directory_takes_one_live_run_at_a_time(tmp_path, capsys):
 
     import pytest
 
-    from sead_ray.checkpoint import RunDirectoryBusy, run_dir_lock
-    from sead_ray.cli import main
-    from sead_ray.config import dump_config, load_config
+    from sead_ray.cli.main import main
+    from sead_ray.core.config import dump_config, load_config
+    from sead_ray.training.checkpoint import RunDirectoryBusy, run_dir_lock
     from tests.conftest import EMBEDDED_CONFIG
     run = tmp_path / "run"
     run.mkdir()
@@ -88,7 +88,7 @@ def test_a_run_directory_takes_one_live_run_at_a_time(tmp_path, capsys):
         pass
     # a holder that dies (kill -9) leaves nothing locked
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from sead_ray.checkpoint import run_dir_lock\n"
+                               "from sead_ray.training.checkpoint import run_dir_lock\n"
                                "with run_dir_lock(Path(sys.argv[1])):\n print('locked', flush=True); time.sleep(60)",
                                str(run)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
@@ -102,8 +102,8 @@ def test_a_run_directory_takes_one_live_run_at_a_time(tmp_path, capsys):
 
 
 def test_resume_refuses_to_change_what_the_checkpoints_were_made_with(tmp_path, capsys):
-    from sead_ray.cli import main
-    from sead_ray.config import dump_config, load_config
+    from sead_ray.cli.main import main
+    from sead_ray.core.config import dump_config, load_config
     from tests.conftest import EMBEDDED_CONFIG
     run = tmp_path / "run"
     run.mkdir()

@@ -10,7 +10,7 @@ from tests.test_metrics import HAND
 
 
 def sead(*args, check=False):
-    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", *map(str, args)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli.main", *map(str, args)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(proc.stderr)
@@ -21,7 +21,7 @@ def _command_paths(parser=None, prefix=()):
     """Every command and subcommand the parser knows (so a new one is covered without editing this)."""
     import argparse
 
-    from sead_ray.cli import build_parser
+    from sead_ray.cli.main import build_parser
     parser = parser or build_parser()
     yield list(prefix)
     for action in parser._actions:

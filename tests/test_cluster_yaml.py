@@ -3,7 +3,7 @@ paper config's placement."""
 import pytest
 import yaml
 
-from sead_ray.config import load_config
+from sead_ray.core.config import load_config
 from tests.conftest import ROOT
 
 
@@ -69,7 +69,7 @@ def test_the_head_runs_prometheus_and_grafana_on_localhost_for_the_ray_dashboard
     assert "--grafana ~/grafana/bin/grafana" in monitor and "--port" not in monitor   # the Ray dashboard's defaults
     for env in ("RAY_GRAFANA_HOST=http://127.0.0.1:3000", "RAY_PROMETHEUS_HOST=http://127.0.0.1:9090"):
         assert env in head
-    from sead_ray.cli_args import build_parser
+    from sead_ray.cli.args import build_parser
     args = build_parser().parse_args(monitor.split("nohup sead-ray ", 1)[1].split(">")[0].split())
     assert (args.port, args.grafana_port) == (9090, 3000)
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from sead_ray.compare import ROW_KEYS, agent_dir_name, agent_labels, compare_rows, upa_parts, write_compare
-from sead_ray.metrics import DEFAULT_DIMENSIONS, compute_metrics
+from sead_ray.evaluation.compare import ROW_KEYS, agent_dir_name, agent_labels, compare_rows, upa_parts, write_compare
+from sead_ray.evaluation.metrics import DEFAULT_DIMENSIONS, compute_metrics
 from tests.test_metrics import HAND, st, turn
 
 
@@ -151,7 +151,7 @@ def test_labels_and_folders():
 
 
 def test_cost_per_thousand_calls_from_the_turns_token_counts():
-    from sead_ray.config import load_config
+    from sead_ray.core.config import load_config
     records = agents()
     for r in records["B"]:   # 100 prompt + 20 completion tokens per turn
         for t in r["turns"]:
@@ -167,7 +167,7 @@ def test_cost_per_thousand_calls_from_the_turns_token_counts():
 
 
 def test_prices_must_not_be_negative():
-    from sead_ray.config import ConfigError, load_config
+    from sead_ray.core.config import ConfigError, load_config
     with pytest.raises(ConfigError, match="cost.usd_per_mtok_out"):
         load_config(None, ["cost.usd_per_mtok_out={gpt-4o: -1}"])
     with pytest.raises(ConfigError, match="must be a mapping"):

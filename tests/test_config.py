@@ -1,6 +1,6 @@
 import pytest
 
-from sead_ray.config import ConfigError, SeadConfig, config_to_dict, dump_config, load_config
+from sead_ray.core.config import ConfigError, SeadConfig, config_to_dict, dump_config, load_config
 from tests.conftest import EMBEDDED_CONFIG, ROOT
 
 
@@ -83,7 +83,7 @@ def test_the_old_spellings_of_the_roles_still_load_with_a_warning(tmp_path, capl
     old.write_text(EMBEDDED_CONFIG.read_text().replace("scenario: scenarios/", f"scenario: {ROOT}/scenarios/")
                    .replace("\nuser:\n", "\nuser_sim:\n").replace("  agent: {cpus", "  agent_policy: {cpus"))
     assert "user_sim:" in old.read_text() and "agent_policy:" in old.read_text()
-    with caplog.at_level(logging.WARNING, logger="sead_ray.config"):
+    with caplog.at_level(logging.WARNING, logger="sead_ray.core.config"):
         cfg = load_config(old, ["user_sim.engines=2", "placement.user_sim.cpus=0.25"])
     assert (cfg.user.backend, cfg.user.engines, cfg.placement.user.cpus, cfg.placement.agent.cpus) == ("rule", 2, 0.25, 0.5)
     said = caplog.text

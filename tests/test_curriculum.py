@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from sead_ray.curriculum import (
+from sead_ray.curriculum.mistake_analysis import (
     CurriculumState,
     band,
     band_fractions,
@@ -13,7 +13,7 @@ from sead_ray.curriculum import (
     sampling_entropy,
     sampling_weights,
 )
-from sead_ray.profiles import sample_profiles
+from sead_ray.scenario.profiles import sample_profiles
 
 A, B, C, D = (0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)
 STATES = [A, B, C, D]

@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from sead_ray.dialogue import run_dialogue
-from sead_ray.metrics import compute_metrics
-from sead_ray.profiles import Profile
-from sead_ray.rule_user import RuleUserSimulator
-from sead_ray.tokens import IncrementalChatEncoder
-from sead_ray.turn_protocol import AgentTurnOutput, UserTurnOutput
+from sead_ray.agent.token_context import IncrementalChatEncoder
+from sead_ray.evaluation.metrics import compute_metrics
+from sead_ray.play.dialogue import run_dialogue
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserTurnOutput
+from sead_ray.user.rule_user import RuleUserSimulator
 
 GOOD = [   # an honest call for the default profile (an owner asking about a deposit), as the rule user v2 hears it
     "Hello, this is Lin, an account manager at your local-services platform. Your restaurant qualifies for a free "
@@ -122,7 +122,7 @@ def test_planted_phrase_decides(scenario):
 def test_token_ledger_matches_the_chat_template(scenario, smollm_tokenizer):
     tok = smollm_tokenizer
     profile = Profile((2, 2, 3), ())
-    from sead_ray.prompts import agent_messages
+    from sead_ray.agent.prompt import agent_messages
     prefix = agent_messages(scenario, [], [])
     encoder = IncrementalChatEncoder(tok, prefix)
     traj = play(scenario, scripted_agent(GOOD, tokenizer=tok), rule_user(scenario), profile=profile, encoder=encoder)
@@ -142,7 +142,7 @@ def test_token_ledger_matches_the_chat_template(scenario, smollm_tokenizer):
 
 def test_prefill_is_context_not_generation(scenario, smollm_tokenizer):
     tok = smollm_tokenizer
-    from sead_ray.prompts import agent_messages
+    from sead_ray.agent.prompt import agent_messages
     prefill = '{"reply": "'
 
     async def agent(dialogue_id, turn, messages, prompt_ids):
@@ -163,7 +163,7 @@ def test_prefill_is_context_not_generation(scenario, smollm_tokenizer):
 
 def test_cut_off_generation_is_closed_by_the_template(scenario, smollm_tokenizer):
     tok = smollm_tokenizer
-    from sead_ray.prompts import agent_messages
+    from sead_ray.agent.prompt import agent_messages
     enc = IncrementalChatEncoder(tok, agent_messages(scenario, [], []))
     start = len(enc.token_ids)
     ids = tok("Hello there", add_special_tokens=False)["input_ids"]   # no EOS: hit max_tokens

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from sead_ray import launch
+from sead_ray.runs import train as run_train
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -24,8 +24,8 @@ SETTINGS = ("user.backend=rule", "train.batch_size=4", "train.micro_batch_size=2
 
 @pytest.fixture
 def captured_system(monkeypatch):
-    """The TrainingSystem `launch.train` starts, handed to the test's fault injector (the real class, spied on)."""
-    from actors.training_system import TrainingSystem
+    """The TrainingSystem `sead_ray.runs.train.train` starts, handed to the fault injector (the real class, spied on)."""
+    from actors.trained_roles import TrainingSystem
     systems: list = []
     real_start = TrainingSystem.start.__func__
 
@@ -46,11 +46,11 @@ def _dialogues(run_dir, iteration):
 
 
 def _train_while(inject, cfg, scenario, run_dir, resume=False):
-    """`launch.train` with the fault injector `inject()` running beside it; the run's summary (or its error)."""
+    """`sead_ray.runs.train.train` with the fault injector `inject()` running beside it; the run's summary (or its error)."""
     async def run():
         injector = asyncio.ensure_future(inject())
         try:
-            return await launch.train(cfg, scenario, run_dir, resume=resume)
+            return await run_train.train(cfg, scenario, run_dir, resume=resume)
         finally:
             await injector
     return asyncio.run(run())
@@ -90,8 +90,8 @@ def test_a_run_survives_its_actors_dying_and_keeps_its_last_iteration_through_a_
     3. resumed again with room, it completes."""
     import ray
 
-    from sead_ray.checkpoint import CheckpointError
-    from sead_ray.trainer_protocol import TrainerError
+    from sead_ray.training.checkpoint import CheckpointError
+    from sead_ray.training.trainer_protocol import TrainerError
     cfg = tiny_config(*SETTINGS)
     run_dir = tmp_path / "run"
     checkpoints = run_dir / "checkpoints"
@@ -134,7 +134,7 @@ def test_a_run_survives_its_actors_dying_and_keeps_its_last_iteration_through_a_
         assert not (checkpoints / "iter_0003").exists(), "the partial checkpoint still holds the disk's space"
 
         subprocess.run(["mount", "-o", "remount,size=512m", str(checkpoints)], check=True)   # space freed
-        summary = asyncio.run(launch.train(cfg, scenario, run_dir, resume=True))
+        summary = asyncio.run(run_train.train(cfg, scenario, run_dir, resume=True))
         assert summary["iterations"] == 3 and not summary["interrupted"]
         _assert_complete_run(run_dir, 4)
         for it, calls in ((2, 8), (3, 12)):

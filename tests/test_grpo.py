@@ -3,7 +3,8 @@ import types
 import pytest
 import torch
 
-from sead_ray.grpo import collate, compute_advantages, forward_logprobs, policy_loss, trajectory_reward
+from sead_ray.training.grpo import collate, compute_advantages, forward_logprobs, policy_loss
+from sead_ray.training.rewards import REWARDS, outcome_reward, simulator_reward
 
 
 class LogitsTableLM(torch.nn.Module):
@@ -25,10 +26,14 @@ def _batch(ids, mask):
     return collate(ids.tolist(), [[0] + row for row in mask.int().tolist()], [[0.0] * L] * n, [1.0, -1.0][:n], pad_id=0)
 
 
-def test_rewards():
-    assert trajectory_reward(True, 0) == 1.0
-    assert trajectory_reward(False, 0) == 0.0
-    assert trajectory_reward(True, 2, success_reward=10.0, format_penalty=0.5) == 9.0
+def test_the_outcome_reward_is_the_papers_binary_reward_less_the_format_penalty():
+    from types import SimpleNamespace as call
+    paper, shaped = call(success_reward=1.0, format_penalty=0.0), call(success_reward=10.0, format_penalty=0.5)
+    assert REWARDS.get("outcome") is outcome_reward
+    assert outcome_reward(call(success=True, agent_parse_failures=0), paper) == 1.0
+    assert outcome_reward(call(success=False, agent_parse_failures=3), paper) == 0.0
+    assert outcome_reward(call(success=True, agent_parse_failures=2), shaped) == 9.0
+    assert simulator_reward(call(success=True, agent_parse_failures=2), shaped) == -10.0
 
 
 def test_batch_mean_is_the_paper():
@@ -46,7 +51,8 @@ def test_group_mean_and_group_norm():
     assert compute_advantages([], [], "group_norm") == []
     with pytest.raises(ValueError):
         compute_advantages([1], [0, 1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="train.advantage_mode = 'critic' names no registered advantage estimator; "
+                       "known: batch_mean, group_mean, group_norm"):
         compute_advantages([1], [0], "critic")
 
 
@@ -172,7 +178,7 @@ def test_normalized_micro_batches_add_up_to_the_batch_mean():
 
 
 def test_gradient_norm_is_the_norm_of_all_gradients_together():
-    from sead_ray.grpo import gradient_norm
+    from sead_ray.training.grpo import gradient_norm
     a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1, 1))
     frozen = torch.nn.Parameter(torch.ones(3))
     a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([[4.0]])
@@ -183,7 +189,7 @@ def test_gradient_norm_is_the_norm_of_all_gradients_together():
 def test_reported_entropy_is_chunked_without_a_graph_and_trained_entropy_has_one(monkeypatch):
     """entropy_coef = 0: the entropy is only reported, computed in chunks of positions with no autograd graph
     (no full-vocabulary softmax of the whole call); the chunked figures equal the one-pass ones."""
-    import sead_ray.grpo as grpo
+    import sead_ray.training.grpo as grpo
     torch.manual_seed(1)
     logits = torch.randn(2, 9, 13)
     ids = torch.randint(0, 13, (2, 9))

@@ -90,7 +90,7 @@ def job_cluster():
 
 
 def _submit(address, *train_args, stop_wait_s=120) -> str:
-    cmd = [sys.executable, "-m", "sead_ray.cli", "train", *map(str, train_args)]
+    cmd = [sys.executable, "-m", "sead_ray.cli.main", "train", *map(str, train_args)]
     runtime_env = {"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(stop_wait_s)}}
     args = ("job", "submit", "--address", address, "--working-dir", ROOT, "--no-wait", "--runtime-env-json",
             json.dumps(runtime_env), "--", *cmd)
@@ -163,7 +163,7 @@ def test_submit_stop_and_resume_through_ray_jobs(job_cluster, tmp_path):
 def _assert_the_simulator_was_trained_apart(run, rows, stopped_after):
     from safetensors.torch import load_file
 
-    from sead_ray.models import resolve_model
+    from sead_ray.core.models import resolve_model
     assert [r["user_policy_version"] for r in rows] == [1, 2, 3, 4], "the simulator's weights were not versioned per step"
     assert all(r["user_train_agent_tokens"] > 0 for r in rows), "no simulator token was trained on"
     # each iteration's calls were answered by the simulator's previous version: sent live within a job, and
@@ -196,7 +196,7 @@ def test_a_run_started_from_a_shell_joins_the_cluster_ray_start_started(job_clus
     """`sead-ray train` in a shell of a machine where `ray start --head` runs: Ray finds that cluster by
     itself and refuses the local cluster's sizes; the run joins it (one log line) instead of a traceback."""
     code = ("import json, logging; logging.basicConfig(level=logging.INFO)\n"
-            "from actors.system import init_ray\nfrom sead_ray.config import load_config\n"
+            "from actors.rollout_roles import init_ray\nfrom sead_ray.core.config import load_config\n"
             f"print(json.dumps(init_ray(load_config({str(EMBEDDED_CONFIG)!r}, ['ray.dashboard=false']))))")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,

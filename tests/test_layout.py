@@ -1,6 +1,6 @@
-"""The layout's rules, checked: the algorithm imports without Ray, vLLM or DeepSpeed; only
-sead_ray.launch reaches into actors/; the import graph has no circle and no arrow up a layer; no
-module grows past what one reader can hold."""
+"""The layout's rules, checked: the algorithm imports without Ray, vLLM or DeepSpeed; only sead_ray.runs
+reaches into actors/; the packages' import graph has no circle and no arrow up a layer; no module grows past
+what one reader can hold."""
 import ast
 import subprocess
 import sys
@@ -9,8 +9,10 @@ import pytest
 
 from tests.conftest import ROOT
 
-PURE = ["sead_ray.loop", "sead_ray.rollout", "sead_ray.grpo", "sead_ray.checkpoint", "sead_ray.trainer_protocol",
-        "sead_ray.controller", "sead_ray.dialogue", "sead_ray.metrics", "sead_ray.cli", "sead_ray.launch"]
+PURE = ["sead_ray.training.loop", "sead_ray.play.rollout", "sead_ray.training.grpo", "sead_ray.training.checkpoint",
+        "sead_ray.training.trainer_protocol", "sead_ray.curriculum.controller", "sead_ray.play.dialogue",
+        "sead_ray.evaluation.metrics", "sead_ray.user.simulators", "sead_ray.cli.main", "sead_ray.runs.train",
+        "sead_ray.runs.evaluate", "sead_ray.runs.serve"]
 
 
 def test_the_algorithm_imports_without_ray_vllm_or_deepspeed():
@@ -35,10 +37,18 @@ def _imported_modules(path, package=""):
             yield from (f"{'.'.join(parts)}.{a.name}" for a in node.names)
 
 
-def test_only_launch_imports_actors():
+def test_only_runs_imports_actors():
     offenders = {str(p.relative_to(ROOT)) for p in (ROOT / "sead_ray").rglob("*.py")
                  if any(m == "actors" or m.startswith("actors.") for m in _imported_modules(p))}
-    assert offenders == {"sead_ray/launch.py"}
+    assert offenders and all(p.startswith("sead_ray/runs/") for p in offenders), offenders
+
+
+def test_sead_ray_is_packages_over_a_handful_of_top_level_modules():
+    top = sorted(p.name for p in (ROOT / "sead_ray").glob("*.py"))
+    assert top == ["__init__.py"]
+    unplaced = [d.name for d in (ROOT / "sead_ray").iterdir()
+                if (d / "__init__.py").is_file() and f"sead_ray.{d.name}" not in LAYER_OF]
+    assert unplaced == [], "packages in no layer of LAYERS"
 
 
 @pytest.mark.parametrize("package", ["sead_ray", "actors", "placement"])
@@ -47,30 +57,26 @@ def test_modules_stay_readable(package):
     assert {p: n for p, n in sizes.items() if n > 400} == {}
 
 
-# Lowest first. A module may import from its own layer and the ones below, never from above: the
-# contracts know no players, the players no loop, the loop no command line.
+# Lowest first: packages, by SEAD's parts. A module may import from its own layer and the ones below, never
+# from above: the core knows no scenario, the players no call, a call no loop, the loop no command line.
 LAYERS = [
-    ("contracts", ["sead_ray", "sead_ray.typed_load", "sead_ray.config_schema", "sead_ray.trainer_protocol",
-                   "sead_ray.jsonl", "sead_ray.state", "sead_ray.tokens", "sead_ray.speech", "sead_ray.significance",
-                   "sead_ray.models", "sead_ray.dashboard", "sead_ray.prompts.parsing", "placement", "placement.groups"]),
-    ("config and scenario", ["sead_ray.config", "sead_ray.concerns", "sead_ray.sim_rules", "sead_ray.scenario",
-                             "sead_ray.profiles", "sead_ray.turn_protocol", "sead_ray.curriculum", "sead_ray.metrics",
-                             "sead_ray.memory_plan", "sead_ray.grpo", "sead_ray.checkpoint", "sead_ray.report",
-                             "sead_ray.compare"]),
-    ("players", ["sead_ray.prompts", "sead_ray.prompts.agent", "sead_ray.prompts.user", "sead_ray.rule_user",
-                 "sead_ray.judge", "sead_ray.serving", "sead_ray.controller", "sead_ray.battery"]),
-    ("play", ["sead_ray.dialogue", "sead_ray.endpoint", "sead_ray.rollout", "sead_ray.simcheck"]),
-    ("drive", ["sead_ray.loop", "sead_ray.monitor", "sead_ray.launch", "actors"]),
-    ("command line", ["sead_ray.cli", "sead_ray.cli_args", "sead_ray.cli_inputs", "sead_ray.ablate", "sead_ray.view"]),
+    ("core", ["sead_ray", "sead_ray.core", "placement"]),
+    ("scenario", ["sead_ray.scenario"]),
+    ("players", ["sead_ray.curriculum", "sead_ray.user", "sead_ray.agent"]),
+    ("play", ["sead_ray.play"]),
+    ("learn and judge", ["sead_ray.training", "sead_ray.evaluation", "sead_ray.ops"]),
+    ("drive", ["actors", "sead_ray.runs"]),
+    ("command line", ["sead_ray.view", "sead_ray.cli"]),
 ]
+LAYER_OF = {package: i for i, (_, packages) in enumerate(LAYERS) for package in packages}
 
 
-def _import_graph() -> dict[str, set[str]]:
+def _import_graph(root=ROOT) -> dict[str, set[str]]:
     """Our modules and the modules of ours each imports (a name imported from a module counts as the module)."""
     files = {}
     for package in ("sead_ray", "actors", "placement"):
-        for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
             files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {}
     for name, path in files.items():
@@ -86,11 +92,11 @@ def _import_graph() -> dict[str, set[str]]:
 
 
 def _layer(module: str) -> int:
-    """The layer of the longest listed name that is `module` or a package above it."""
-    best = max(((len(m), i) for i, (_, mods) in enumerate(LAYERS) for m in mods
-                if module == m or module.startswith(m + ".")), default=None)
-    assert best is not None, f"{module} is in no layer of tests/test_layout.py: place it"
-    return best[1]
+    """The layer of the package `module` is in (or is: `sead_ray` itself, a top-level package)."""
+    parts = module.split(".")
+    package = ".".join(parts[:2]) if parts[0] == "sead_ray" and len(parts) > 1 else parts[0]
+    assert package in LAYER_OF, f"{module}: its package {package} is in no layer of tests/test_layout.py: place it"
+    return LAYER_OF[package]
 
 
 def test_the_import_graph_has_no_circle():
@@ -110,7 +116,21 @@ def test_the_import_graph_has_no_circle():
         visit(module)
 
 
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} ({LAYERS[_layer(m)][0]}) -> {t} ({LAYERS[_layer(t)][0]})"
+                  for m, targets in graph.items() for t in targets if _layer(t) > _layer(m))
+
+
 def test_no_module_imports_from_a_layer_above_its_own():
-    upward = sorted(f"{m} ({LAYERS[_layer(m)][0]}) -> {t} ({LAYERS[_layer(t)][0]})"
-                    for m, targets in _import_graph().items() for t in targets if _layer(t) > _layer(m))
-    assert upward == []
+    assert _upward_imports(_import_graph()) == []
+
+
+def test_an_injected_upward_import_is_caught(tmp_path):
+    """The check can fail: a copy of the tree where the core imports the loop."""
+    import shutil
+    for package in ("sead_ray", "actors", "placement"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "static", "data"))
+    jsonl = tmp_path / "sead_ray" / "core" / "jsonl.py"
+    jsonl.write_text(jsonl.read_text() + "\n\ndef _late():\n    from sead_ray.training.loop import SelfEvolutionLoop\n")
+    assert _upward_imports(_import_graph(tmp_path)) == [
+        "sead_ray.core.jsonl (core) -> sead_ray.training.loop (learn and judge)"]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sead_ray.launch import train
+from sead_ray.runs.train import train
 from tests.conftest import tiny_config
 from tests.helpers.biased_agent import PHRASE, build_biased_agent
 

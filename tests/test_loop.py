@@ -7,14 +7,14 @@ import json
 
 import numpy as np
 
-from sead_ray.checkpoint import TrainState
-from sead_ray.controller import ProfileController
-from sead_ray.loop import SelfEvolutionLoop, user_samples_from
-from sead_ray.profiles import sample_profiles
-from sead_ray.rollout import RolloutEndpoints, run_dialogues
-from sead_ray.rule_user import RuleUserSimulator
-from sead_ray.trainer_protocol import StepMetrics, SyncResult
-from sead_ray.turn_protocol import AgentTurnOutput, UserTurnOutput
+from sead_ray.curriculum.controller import ProfileController
+from sead_ray.play.rollout import RolloutEndpoints, run_dialogues
+from sead_ray.scenario.profiles import sample_profiles
+from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserTurnOutput
+from sead_ray.training.checkpoint import TrainState
+from sead_ray.training.loop import SelfEvolutionLoop, user_samples_from
+from sead_ray.training.trainer_protocol import StepMetrics, SyncResult
+from sead_ray.user.rule_user import RuleUserSimulator
 from tests.conftest import tiny_config
 
 REPLY = 'It is free, 700 yuan, no deposit."}'
@@ -72,7 +72,7 @@ def test_a_call_in_error_is_replayed_with_its_seed(scenario, smollm_tokenizer):
 
 
 class FakeLoopSystem:
-    """Test double of actors.training_system.TrainingSystem: the controller for real, everything else records."""
+    """Test double of actors.trained_roles.TrainingSystem: the controller for real, everything else records."""
 
     def __init__(self, cfg, scenario, endpoints):
         self.controller = ProfileController(scenario, cfg.curriculum, cfg.seed)
@@ -173,7 +173,7 @@ def test_no_checkpoint_pairs_new_weights_with_an_unfinished_iteration(scenario, 
 
 
 def test_held_out_evaluation_replays_one_fixed_set(scenario, smollm_tokenizer, tmp_path):
-    from sead_ray.launch import held_out_profiles
+    from sead_ray.runs.train import held_out_profiles
     cfg = tiny_config("train.batch_size=2", "train.iterations=3", "train.eval_every=2", "train.eval_profiles=3")
     held_out = held_out_profiles(cfg, scenario, tmp_path)
     assert held_out_profiles(cfg, scenario, tmp_path) == held_out     # read back on resume, not drawn again
@@ -251,8 +251,8 @@ def test_a_stop_keeps_the_last_checkpoint_when_a_save_would_outlast_it(scenario,
 def test_simulator_samples_train_only_the_simulators_tokens():
     """user.train: the simulator's samples mask all but its own sampled tokens (the end-to-end run that
     trains the simulator is tests/test_job_submit.py)."""
-    from sead_ray.dialogue import Trajectory
-    from sead_ray.profiles import Profile
+    from sead_ray.play.dialogue import Trajectory
+    from sead_ray.scenario.profiles import Profile
     turn = UserTurnOutput("hi", (1,), "continue", True, prompt_ids=[5, 6, 7], token_ids=[8, 9], logprobs=[-0.5, -0.25])
     traj = Trajectory("d", Profile((1,), ()), [], "failure", "refuse", user_turns=[turn, turn])
     samples = user_samples_from([traj], [0.75], max_seq_len=4)

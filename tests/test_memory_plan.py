@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from sead_ray.config import load_config
-from sead_ray.memory_plan import (
+from sead_ray.core.config import load_config
+from sead_ray.ops.memory_plan import (
     GIB,
     KNOWN_SHAPES,
     LOGIT_BYTES,
@@ -31,7 +31,7 @@ def test_parameter_counts_match_the_published_sizes(tmp_path):
     assert KNOWN_SHAPES["Qwen2.5-14B-Instruct"].params / 1e9 == pytest.approx(14.77, rel=0.01)
     assert KNOWN_SHAPES["Qwen2.5-72B-Instruct"].params / 1e9 == pytest.approx(72.7, rel=0.01)
     assert KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"].params / 1e9 == pytest.approx(0.494, rel=0.01)   # tied
-    from sead_ray.models import prepare_embedded
+    from sead_ray.core.models import prepare_embedded
     smollm = ModelShape.from_hf_config(prepare_embedded() / "config.json")
     assert smollm.params / 1e6 == pytest.approx(134.5, rel=0.01)     # tied embeddings counted once
 
@@ -42,7 +42,7 @@ A100_80, A100_40 = 79.2 * GIB, 39.4 * GIB
 
 
 def _plan(*overrides: str):
-    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "plan", "--config", str(PAPER),
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli.main", "plan", "--config", str(PAPER),
                            *[a for o in overrides for a in ("--set", o)]],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     return proc.returncode, proc.stdout, proc.stderr
@@ -139,7 +139,7 @@ def test_smoke_config_is_two_gpus_and_fits():
 
 
 def test_deepspeed_buffers_are_bounded_and_the_plan_counts_the_same_numbers():
-    from sead_ray.trainer_protocol import (
+    from sead_ray.training.trainer_protocol import (
         MAX_LIVE_PARAMETERS,
         REDUCE_BUCKET_ELEMENTS,
         SUB_GROUP_ELEMENTS,
@@ -193,8 +193,8 @@ def test_auto_kv_cache_on_a_gpu_is_capped_by_the_device():
 
 
 def test_auto_kv_cache_holds_the_longest_calls_and_leaves_the_rest_of_the_memory():
-    from sead_ray.config import ConfigError
-    from sead_ray.memory_plan import auto_kv_cache_mb, kv_bytes_per_token, kv_tokens
+    from sead_ray.core.config import ConfigError
+    from sead_ray.ops.memory_plan import auto_kv_cache_mb, kv_bytes_per_token, kv_tokens
     cfg = load_config(ROOT / "configs" / "embedded.yaml",
                       ["engine.kv_cache_mb=auto", "dialogue.max_turns=4", "engine.max_num_seqs=32",
                        "dialogue.agent_train.max_tokens=48", "dialogue.agent_eval.max_tokens=48",

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from sead_ray.metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
+from sead_ray.evaluation.metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
 
 
 def turn(agent_est, user_state, status="continue"):

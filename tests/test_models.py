@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sead_ray.models import EMBEDDED_NAME, ModelError, list_models, prepare_embedded, resolve_model
+from sead_ray.core.models import EMBEDDED_NAME, ModelError, list_models, prepare_embedded, resolve_model
 
 
 def test_embedded_model_is_a_plain_hf_folder():
@@ -40,7 +40,7 @@ def test_tiny_model_and_bad_names(tmp_path):
 
 
 def test_models_cli_lists(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "models", "list"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli.main", "models", "list"], capture_output=True, text=True)
     assert proc.returncode == 0 and EMBEDDED_NAME in proc.stdout
 
 
@@ -84,7 +84,7 @@ def test_run_directory_references(tmp_path):
 def test_swappable_weights_only_between_folders_an_engine_can_serve_alike(tmp_path):
     import shutil
 
-    from sead_ray.models import swappable_weights
+    from sead_ray.core.models import swappable_weights
     base = resolve_model("tiny:llama-h64")
     trained = tmp_path / "trained"
     shutil.copytree(base, trained)

@@ -11,9 +11,9 @@ import urllib.request
 import pytest
 import yaml
 
-from sead_ray.config import ConfigError
-from sead_ray.dashboard import FILTER, JSON_PATH, dashboard, dashboard_text, expression_metrics, metric_names
-from sead_ray.monitor import (
+from sead_ray.core.config import ConfigError
+from sead_ray.ops.dashboard import FILTER, JSON_PATH, dashboard, dashboard_text, expression_metrics, metric_names
+from sead_ray.ops.monitor import (
     SERVICE_DISCOVERY_FILE,
     _grafana_command,
     grafana_files,
@@ -28,7 +28,7 @@ def _expressions(board: dict) -> list[str]:
 
 
 def test_the_dashboard_in_the_repository_is_the_generated_one():
-    assert JSON_PATH.read_text() == dashboard_text(), "run: python -m sead_ray.dashboard --write"
+    assert JSON_PATH.read_text() == dashboard_text(), "run: python -m sead_ray.ops.dashboard --write"
     board = json.loads(JSON_PATH.read_text())
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
@@ -77,7 +77,7 @@ def test_grafana_gets_a_datasource_the_dashboard_and_rays_dashboards(tmp_path):
 
 
 def test_monitor_without_prometheus_says_how_to_get_it(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "monitor", "--dir", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli.main", "monitor", "--dir", str(tmp_path),
                            "--prometheus", str(tmp_path / "no-such-prometheus")], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "apt-get install prometheus" in proc.stderr and "Traceback" not in proc.stderr
@@ -92,7 +92,7 @@ RECORD_HAND_CALLS = """
 import sys, time
 import ray
 from actors.stats import StatsActor
-from sead_ray.scenario import load_scenario
+from sead_ray.scenario.scenario import load_scenario
 from tests.conftest import SCENARIO
 from tests.test_metrics import HAND
 ray.init(num_cpus=1, include_dashboard=True)

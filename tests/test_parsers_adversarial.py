@@ -6,7 +6,9 @@ import random
 
 import pytest
 
-from sead_ray.prompts import extract_json_object, parse_agent_output, parse_user_output
+from sead_ray.agent.prompt import parse_agent_output
+from sead_ray.core.parsing import extract_json_object
+from sead_ray.user.llm_prompt import parse_user_output
 
 ADVERSARIAL = [
     '{"reply": "hi", "estimate": {"cooperation": ' + "9" * 5000 + ', "emotion": 1, "trust": 1}}',

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from sead_ray.profiles import Profile, ProfileSamplingError, check_profile, sample_profiles
+from sead_ray.scenario.profiles import Profile, ProfileSamplingError, check_profile, sample_profiles
 
 
 def test_sample_is_distinct_consistent_and_seeded(scenario):

@@ -3,15 +3,9 @@ import re
 
 import pytest
 
-from sead_ray.prompts import (
-    agent_messages,
-    agent_system_prompt,
-    extract_json_object,
-    parse_agent_output,
-    parse_user_output,
-    user_messages,
-    user_output_schema,
-)
+from sead_ray.agent.prompt import agent_messages, agent_system_prompt, parse_agent_output
+from sead_ray.core.parsing import extract_json_object
+from sead_ray.user.llm_prompt import parse_user_output, user_messages, user_output_schema
 
 
 def test_extract_json_object_is_tolerant():
@@ -160,19 +154,19 @@ def test_the_agents_words_cannot_forge_a_turn_a_state_or_a_template_token(scenar
 def test_no_prompt_shows_a_concrete_example_state(scenario):
     system = user_messages(scenario, [], None, ["Hi."], [], [])[0]["content"]
     assert '"cooperation": <0-4>' in system and not re.search(r'"cooperation": \d', system)
-    from sead_ray.prompts import agent_system_prompt
+    from sead_ray.agent.prompt import agent_system_prompt
     assert not re.search(r'"cooperation": \d', agent_system_prompt(scenario))
 
 
 def test_the_simulator_writes_its_state_then_its_decision_then_its_words(schema):
-    from sead_ray.prompts.user import user_output_schema
+    from sead_ray.user.llm_prompt import user_output_schema
     assert list(user_output_schema(schema)["properties"]) == ["cooperation", "emotion", "trust", "status", "reply"]
 
 
 def test_without_profile_sampling_the_simulator_never_sees_a_sampled_state(scenario, smollm_tokenizer):
-    from sead_ray.profiles import Profile
-    from sead_ray.prompts.user import user_prompt_ids
-    from sead_ray.turn_protocol import UserRequest
+    from sead_ray.scenario.profiles import Profile
+    from sead_ray.scenario.turn_protocol import UserRequest
+    from sead_ray.user.llm_prompt import user_prompt_ids
     sampled_state = "cooperation 4/4"    # how the system prompt shows a starting state
     free = Profile((4, 3, 5), ("Asks if a deposit is required",), free_form=True)
     first = UserRequest("d", 0, free, ["Hello."], [], seed=1)

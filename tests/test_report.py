@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from sead_ray.cli import main
-from sead_ray.report import ReportError, cr_grid, read_metrics_rows, write_report
-from sead_ray.state import Dimension, StateSchema
+from sead_ray.cli.main import main
+from sead_ray.evaluation.report import ReportError, cr_grid, read_metrics_rows, write_report
+from sead_ray.scenario.state import Dimension, StateSchema
 
 
 def _schema():
@@ -63,7 +63,7 @@ def test_report_errors_name_the_problem(tmp_path, capsys):
 
 
 def test_learning_is_claimed_only_with_significance(tmp_path):
-    from sead_ray.report import learning_summary
+    from sead_ray.evaluation.report import learning_summary
     flat = [{"iteration": i, "phase": "train", "successes": 5, "n": 16} for i in (1, 2, 3, 4)]
     summary = learning_summary(flat)
     assert [p["text"] for p in summary["per_iteration"]][0] == "5/16 = 0.31 [0.14, 0.56]"

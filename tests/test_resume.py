@@ -45,7 +45,7 @@ def test_killed_run_resumes_exactly(finished_run, tmp_path):
     victim.wait()
     assert not (killed / "curriculum" / "iter_0002.json").exists()
 
-    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli", "train", "--resume", "killed"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "sead_ray.cli.main", "train", "--resume", "killed"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _curriculum(killed, 1) == _curriculum(full, 1)        # the state entering iteration 2

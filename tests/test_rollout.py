@@ -2,14 +2,15 @@
 models with the SmolLM2 tokenizer), placement groups, the pool routers, the per-dialogue rollout."""
 import asyncio
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from actors.system import RolloutRoles, shutdown_rollout_roles, start_rollout_roles
-from sead_ray.metrics import END_REASONS, compute_metrics
-from sead_ray.profiles import sample_profiles
-from sead_ray.rollout import run_dialogues
+from actors.rollout_roles import RolloutRoles, shutdown_rollout_roles, start_rollout_roles
+from sead_ray.evaluation.metrics import END_REASONS, compute_metrics
+from sead_ray.play.rollout import run_dialogues
+from sead_ray.scenario.profiles import sample_profiles
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -82,8 +83,9 @@ def test_seeded_long_prompts_in_parallel_are_reproducible(roles):
 
 
 def test_rule_simulator_is_deterministic(ray_cluster, roles, scenario):
-    from actors.user_sim import UserSimActor, UserSimPool
-    sim = {"user-rule-0": UserSimActor.options(num_cpus=0).remote("user-rule-0", scenario, "rule", {})}
+    from actors.user import UserSimActor, UserSimPool
+    sim = {"user-rule-0": UserSimActor.options(num_cpus=0).remote(
+        "user-rule-0", scenario, replace(roles.cfg.user, backend="rule"), {})}
     ray_cluster.get(sim["user-rule-0"].start.remote())
     rule_roles = RolloutRoles(roles.cfg, scenario, roles.agents, UserSimPool(sim), tokenizer=roles.tokenizer)
     profiles = _profiles(scenario, 4, seed=3)
@@ -100,7 +102,7 @@ def test_weight_update_changes_and_restores_greedy_output(roles, tmp_path):
     import torch
     from safetensors.torch import load_file, save_file
 
-    from sead_ray.models import resolve_model
+    from sead_ray.core.models import resolve_model
     original = load_file(str(resolve_model("tiny:llama-h64") / "model.safetensors"))
     prompt = roles.tokenizer("Hello, this is a test prompt", add_special_tokens=False)["input_ids"]
 
@@ -121,7 +123,7 @@ def test_weight_update_changes_and_restores_greedy_output(roles, tmp_path):
 
 
 def test_the_running_engines_switch_to_another_checkpoint_of_their_model(roles, tmp_path):
-    """compare's next agent (launch.EvaluationRoles): its weights into the running engine, a stats actor
+    """compare's next agent (actors.rollout_roles.EvaluationRoles): its weights into the running engine, a stats actor
     writing into its folder; a model the engine cannot serve alike is refused (the caller starts anew)."""
     import shutil
 
@@ -129,8 +131,8 @@ def test_the_running_engines_switch_to_another_checkpoint_of_their_model(roles, 
     import torch
     from safetensors.torch import load_file, save_file
 
-    from actors.system import switch_agent
-    from sead_ray.models import resolve_model
+    from actors.rollout_roles import switch_agent
+    from sead_ray.core.models import resolve_model
     base = resolve_model("tiny:llama-h64")
     checkpoint = tmp_path / "checkpoint"
     shutil.copytree(base, checkpoint)

@@ -4,12 +4,12 @@ persuaded user who was asked, and ends calls coherently with its guards. One tes
 import pytest
 import yaml
 
-from sead_ray.config import ConfigError
-from sead_ray.profiles import Profile
-from sead_ray.rule_user import RuleUserSimulator
-from sead_ray.scenario import load_scenario
-from sead_ray.speech import pressure_in, read_turn
-from sead_ray.turn_protocol import UserRequest
+from sead_ray.core.config import ConfigError
+from sead_ray.scenario.lexicon import pressure_in, read_turn
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.scenario import load_scenario
+from sead_ray.scenario.turn_protocol import UserRequest
+from sead_ray.user.rule_user import RuleUserSimulator
 from tests.conftest import ROOT, SCENARIO
 from tests.test_scenario import _base, _write
 
@@ -167,7 +167,7 @@ def test_mood_follows_how_the_owner_is_treated(sim):
 
 
 def test_rambling_and_near_repeats_earn_nothing_at_the_demo_settings(sim, smollm_tokenizer):
-    from sead_ray.config import load_config
+    from sead_ray.core.config import load_config
     from tests.conftest import EMBEDDED_CONFIG
     cfg = load_config(EMBEDDED_CONFIG, [])
     # the longest reply the demo's agent can write: max_tokens of plain speech (a cut-off JSON reply)
@@ -228,7 +228,7 @@ def test_a_scenario_without_a_rule_section_is_refused_clearly(tmp_path, capsys):
     with pytest.raises(ValueError, match="has no 'rule_user' section"):
         RuleUserSimulator(scenario)
     # at config load, before Ray or an engine starts: exit 2, one line
-    from sead_ray.cli import main
+    from sead_ray.cli.main import main
     from tests.conftest import EMBEDDED_CONFIG
     code = main(["eval", "--config", str(EMBEDDED_CONFIG), "--agent", "script:honest", "--n", "2",
                  "--set", f"scenario={tmp_path / 'scenario.yaml'}", "--set", "user.backend=rule"])
@@ -269,7 +269,7 @@ def test_malformed_rule_sections_name_the_field(tmp_path, mutate, needle):
 def test_user_sets_bound_the_initial_states(scenario):
     from types import SimpleNamespace
 
-    from sead_ray.controller import ProfileController
+    from sead_ray.curriculum.controller import ProfileController
     cfg = SimpleNamespace(mode="uniform", n_max=200, smoothing="none", beta_prior=2.0, easy_above=0.6,
                           hard_below=0.4, profile_sampling=True, min_behaviors=1, max_behaviors=3, user_set="hard")
     profiles = ProfileController(scenario, cfg, seed=0).sample(20)

@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from sead_ray.config import ConfigError
-from sead_ray.scenario import load_scenario
+from sead_ray.core.config import ConfigError
+from sead_ray.scenario.scenario import load_scenario
 from tests.conftest import ROOT, SCENARIO
 
 
@@ -92,10 +92,10 @@ def test_a_second_domain_gets_no_word_of_the_first(smollm_tokenizer):
     the restaurant promotion's domain words: they all come from the scenario file."""
     import re
 
-    from sead_ray.profiles import Profile
-    from sead_ray.prompts import agent_messages
-    from sead_ray.prompts.user import user_prompt_ids
-    from sead_ray.turn_protocol import UserRequest
+    from sead_ray.agent.prompt import agent_messages
+    from sead_ray.scenario.profiles import Profile
+    from sead_ray.scenario.turn_protocol import UserRequest
+    from sead_ray.user.llm_prompt import user_prompt_ids
     charity = load_scenario(ROOT / "configs" / "scenarios" / "charity_donation.yaml")
     profile = Profile((1, 1, 1), (charity.behaviors[0].text,))
     agent = agent_messages(charity, ["Who is this?"], ['{"reply": "Hi, Maya from Open Pages."}'],

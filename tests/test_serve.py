@@ -9,12 +9,12 @@ import urllib.request
 
 import pytest
 
-from sead_ray.config import ConfigError
-from sead_ray.endpoint import EndpointAgent, EndpointClient, EndpointRef, api_key_from_env, endpoint_ref
-from sead_ray.models import ModelError, resolve_model
-from sead_ray.prompts.agent import agent_messages
-from sead_ray.scenario import load_scenario
-from sead_ray.serving import RequestError, ServeLimits, model_messages, parse_request, response_body
+from sead_ray.agent.endpoints import EndpointAgent, EndpointClient, EndpointRef, api_key_from_env, endpoint_ref
+from sead_ray.agent.prompt import agent_messages
+from sead_ray.agent.serving import RequestError, ServeLimits, model_messages, parse_request, response_body
+from sead_ray.core.config import ConfigError
+from sead_ray.core.models import ModelError, resolve_model
+from sead_ray.scenario.scenario import load_scenario
 from tests.conftest import EMBEDDED_CONFIG, SCENARIO
 from tests.helpers.biased_agent import WITH_PHRASE, WITHOUT
 from tests.helpers.servers import free_port, server_process
@@ -40,8 +40,8 @@ def test_the_key_comes_from_the_environment_only(monkeypatch):
         api_key_from_env("SEAD_TEST_KEY")
     monkeypatch.setenv("SEAD_TEST_KEY", "k1")
     assert api_key_from_env("SEAD_TEST_KEY") == "k1"
-    from sead_ray.config import load_config
-    from sead_ray.endpoint import endpoint_client
+    from sead_ray.agent.endpoints import endpoint_client
+    from sead_ray.core.config import load_config
     monkeypatch.setenv("OPENAI_API_KEY", "k-default")
     monkeypatch.setenv("DEEPSEEK_API_KEY", "k-deepseek")
     cfg = load_config(None, ["endpoint.api_key_env_by_host={api.deepseek.com: DEEPSEEK_API_KEY}"])
@@ -114,7 +114,7 @@ def served_agent(tmp_path_factory, scenario):
     # (80 steps at twice the rate: the same greedy reply and share of well-formed samples as 150, in half the time)
     model = build_biased_agent(work / "agent", scenario, p_phrase=0.5, estimate=ESTIMATE, steps=80, lr=6e-3)
     port, log = free_port(), work / "serve.log"
-    cmd = [sys.executable, "-m", "sead_ray.cli", "serve", str(model), "--scenario", str(SCENARIO), "--config",
+    cmd = [sys.executable, "-m", "sead_ray.cli.main", "serve", str(model), "--scenario", str(SCENARIO), "--config",
            str(EMBEDDED_CONFIG), "--set", "ray.dashboard=false", "--port", str(port), "--max-request-kb", "4"]
     with server_process(cmd, log, lambda: "serving " in log.read_text(), env={**os.environ, "SEAD_RAY_API_KEY": KEY}):
         yield f"http://127.0.0.1:{port}/v1"
@@ -143,7 +143,7 @@ def test_the_server_checks_the_key_bounds_requests_and_hides_the_format(served_a
 
 def _cli(*args, env_key=True, timeout=900):
     env = {**os.environ, **({"SEAD_RAY_API_KEY": KEY} if env_key else {})}
-    return subprocess.run([sys.executable, "-m", "sead_ray.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "sead_ray.cli.main", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
 

@@ -1,4 +1,4 @@
-"""sead_ray.significance against literal values computed independently (Wilson by bisection on the score
+"""sead_ray.evaluation.significance against literal values computed independently (Wilson by bisection on the score
 equation, Fisher by enumerating every group-2 subset, McNemar by hand), plus edge cases and sanity checks."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sead_ray.significance import (
+from sead_ray.evaluation.significance import (
     SuccessRate,
     _percentile,
     bootstrap_diff_interval,

@@ -2,11 +2,11 @@
 and endings coherent with its own state (the scenario's status guards); every correction counted."""
 import pytest
 
-from sead_ray.config import ConfigError
-from sead_ray.profiles import Profile
-from sead_ray.scenario import load_scenario
-from sead_ray.sim_rules import StatusGuard, enforce_simulator_rules
-from sead_ray.turn_protocol import UserTurnOutput
+from sead_ray.core.config import ConfigError
+from sead_ray.scenario.guards import StatusGuard, enforce_simulator_rules
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.scenario import load_scenario
+from sead_ray.scenario.turn_protocol import UserTurnOutput
 from tests.test_dialogue import GOOD, play, scripted_agent
 from tests.test_scenario import _base, _write
 

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from sead_ray.config_schema import CurriculumConfig
-from sead_ray.controller import ProfileController
-from sead_ray.profiles import Profile
-from sead_ray.rule_user import RuleUserSimulator
-from sead_ray.scenario import load_scenario
-from sead_ray.simcheck import GRADES, Rules, best_fact, greeting, run_simcheck, scripted_turn, write_outputs
-from sead_ray.speech import content_words
-from sead_ray.turn_protocol import UserRequest, UserTurnOutput
+from sead_ray.core.config_schema import CurriculumConfig
+from sead_ray.curriculum.controller import ProfileController
+from sead_ray.evaluation.simcheck import GRADES, Rules, best_fact, greeting, run_simcheck, scripted_turn, write_outputs
+from sead_ray.scenario.lexicon import content_words
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.scenario import load_scenario
+from sead_ray.scenario.turn_protocol import UserRequest, UserTurnOutput
+from sead_ray.user.rule_user import RuleUserSimulator
 from tests.conftest import EMBEDDED_CONFIG, ROOT
 
 CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"
@@ -166,7 +166,7 @@ def test_every_grade_sees_the_same_greeting_turn(scenario):
 
 
 def test_cli_writes_both_files_with_the_rule_backend(tmp_path, capsys):
-    from sead_ray.cli import main
+    from sead_ray.cli.main import main
     assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--n", "6", "--user-sets", "soft,hard",
                  "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "simcheck.json").read_text())
@@ -179,8 +179,8 @@ def test_cli_writes_both_files_with_the_rule_backend(tmp_path, capsys):
 def test_the_battery_passes_on_both_shipped_scenarios_and_catches_a_gameable_user(scenario):
     """Every scripted class against the rule user v2 (both scenarios, both user sets) stays under the bar; a
     user that accepts whoever mentions a fact's words (the v1 weakness) is caught."""
-    from sead_ray.battery import CLASSES
-    from sead_ray.simcheck import run_battery
+    from sead_ray.agent.scripted import CLASSES
+    from sead_ray.evaluation.simcheck import run_battery
     for scen in (scenario, load_scenario(CHARITY)):
         sets = {s: profiles(scen, s, 30, seed=5) for s in ("soft", "hard")}
         result = asyncio.run(run_battery(scen, sets, rule(scen), max_turns=6, rules=Rules(1, scen.status_guards, 2)))
@@ -200,7 +200,7 @@ def test_the_battery_passes_on_both_shipped_scenarios_and_catches_a_gameable_use
 
 
 def test_cli_adversarial_writes_the_battery_per_user_set(tmp_path, capsys):
-    from sead_ray.cli import main
+    from sead_ray.cli.main import main
     out = tmp_path / "adv"
     assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--adversarial", "--n", "8", "--user-sets", "soft,hard",
                  "--out", str(out)]) == 0
@@ -213,9 +213,9 @@ def test_cli_adversarial_writes_the_battery_per_user_set(tmp_path, capsys):
 
 
 def test_script_agents_answer_in_the_agents_format_from_what_they_heard(scenario):
-    from sead_ray.battery import ScriptAgent, script_class
-    from sead_ray.models import ModelError
-    from sead_ray.prompts.agent import agent_messages, parse_agent_output
+    from sead_ray.agent.prompt import agent_messages, parse_agent_output
+    from sead_ray.agent.scripted import ScriptAgent, script_class
+    from sead_ray.core.models import ModelError
     agent = ScriptAgent(scenario, script_class("script:honest"))
     first = asyncio.run(agent.generate("d", None, messages=agent_messages(scenario, [], [])))
     parsed = parse_agent_output(first.text, scenario.schema)

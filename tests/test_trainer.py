@@ -9,11 +9,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from actors.system import shutdown_rollout_roles, start_rollout_roles
-from sead_ray.grpo import compute_advantages
-from sead_ray.loop import samples_from
-from sead_ray.profiles import sample_profiles
-from sead_ray.rollout import run_dialogues
+from actors.rollout_roles import shutdown_rollout_roles, start_rollout_roles
+from sead_ray.play.rollout import run_dialogues
+from sead_ray.scenario.profiles import sample_profiles
+from sead_ray.training.grpo import compute_advantages
+from sead_ray.training.loop import samples_from
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 def system(ray_cluster, scenario, tmp_path_factory):
     """One trainer (ZeRO-3 on 2 ranks) and two agent engines for the whole module; its last test ends the trainer."""
     from actors.trainer import TrainerGroup
-    from sead_ray.models import resolve_model
+    from sead_ray.core.models import resolve_model
     run_dir = tmp_path_factory.mktemp("train")
     cfg = tiny_config("user.backend=rule", "weight_sync.transport=gloo", "agent.engines=2", "train.batch_size=4",
                       "train.micro_batch_size=2", "train.lr=1e-2", "placement.agent.cpus=0.25",
@@ -103,7 +103,7 @@ def test_a_failing_rank_reaches_the_driver_while_the_others_still_wait(ray_clust
     import time
 
     from actors.trainer import TrainerMailbox
-    from sead_ray.trainer_protocol import WorkerFailure
+    from sead_ray.training.trainer_protocol import WorkerFailure
     ray = ray_cluster
     mailbox = TrainerMailbox.remote()
     waiting = mailbox.take_results.remote(5, 2)
@@ -162,8 +162,8 @@ def test_a_sync_that_meets_a_dead_engine_replaces_it_and_every_engine_serves_the
 
     import ray
 
-    from actors.system import restart_engine
-    from actors.training_system import TrainedRole
+    from actors.rollout_roles import restart_engine
+    from actors.trained_roles import TrainedRole
     cfg, roles, trainer, _ = system
     version = max(_versions(roles)) + 1
     trained = TrainedRole("agent", roles.agents, trainer, partial(restart_engine, roles, "agent"), version=version)
@@ -183,10 +183,10 @@ def test_colocated_engines_sleep_through_each_step_and_wake_for_the_new_version(
     the engines' own sleep; on GPUs it releases their memory: benchmarks/gpu_check.py.)"""
     import ray
 
-    from actors.training_system import TrainingSystem
-    from sead_ray.checkpoint import TrainState
-    from sead_ray.controller import ProfileController
-    from sead_ray.loop import SelfEvolutionLoop
+    from actors.trained_roles import TrainingSystem
+    from sead_ray.curriculum.controller import ProfileController
+    from sead_ray.training.checkpoint import TrainState
+    from sead_ray.training.loop import SelfEvolutionLoop
     cfg, roles, trainer, _ = system
     actors = list(roles.agents.actors.values())
     seen = [len(s["events"]) for s in ray.get([a.stats.remote() for a in actors])]
@@ -205,7 +205,7 @@ def test_a_rank_that_raises_ends_the_trainer_with_its_traceback(system):
     in a collective."""
     import time
 
-    from sead_ray.trainer_protocol import Sample, TrainerError
+    from sead_ray.training.trainer_protocol import Sample, TrainerError
     _, _, trainer, _ = system
     good = Sample([1, 2, 3, 4, 5, 6], [0, 0, 0, 1, 1, 1], [0.0] * 6, 1.0)
     poisoned = Sample([1, 2, 3, 10**7, 5, 6], [0, 0, 0, 1, 1, 1], [0.0] * 6, -1.0)

@@ -4,8 +4,8 @@ very code each rank runs: sharding, padded micro-batches, `grpo_update`, `aggreg
 import pytest
 import torch
 
-from sead_ray.grpo import collate, forward_logprobs, grpo_update, micro_batches, policy_loss
-from sead_ray.trainer_protocol import (
+from sead_ray.training.grpo import collate, forward_logprobs, grpo_update, micro_batches, policy_loss
+from sead_ray.training.trainer_protocol import (
     RankStepResult,
     Sample,
     TrainerSettings,

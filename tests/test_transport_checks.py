@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from actors.weight_sync import transport_placement_problem
+from actors.weights.sync import transport_placement_problem
 from tests.conftest import EMBEDDED_CONFIG, ROOT, tiny_config
 
 
@@ -17,11 +17,12 @@ def _node(ip, cpus, gpus=0, **custom):
     (["weight_sync.transport=nccl"], "needs CUDA on both ends"),
     (["placement.colocate=true", "placement.trainer.gpus=1", "placement.agent.gpus=1",
       "weight_sync.transport=nccl"], "placement.colocate = true is not supported on GPUs"),
-    (["weight_sync.transport=ipc"], "is not one of ['shm', 'object_store', 'gloo', 'nccl']"),
+    (["weight_sync.transport=ipc"],
+     "weight_sync.transport = 'ipc' names no registered weight transport; known: gloo, nccl, object_store, shm"),
     (["agent.tensor_parallel_size=2"], "needs placement.agent.gpus = 2"),
 ])
 def test_the_config_alone_refuses_impossible_transports(overrides, message):
-    cmd = [sys.executable, "-m", "sead_ray.cli", "train", "--config", str(EMBEDDED_CONFIG), "--out", "/nonexistent"]
+    cmd = [sys.executable, "-m", "sead_ray.cli.main", "train", "--config", str(EMBEDDED_CONFIG), "--out", "/nonexistent"]
     for o in overrides:
         cmd += ["--set", o]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -45,7 +46,7 @@ def test_shm_is_refused_when_trainer_or_agent_can_land_on_another_node():
 def test_shm_is_refused_when_the_weights_do_not_fit_the_nodes_shared_memory():
     """The 14B paper model in bf16 (29.5 GB a version) against a container's /dev/shm; the size from the
     model's shape, the free space as measured on the node (here given per node id)."""
-    from actors.weight_sync import trained_weight_bytes
+    from actors.weights.sync import trained_weight_bytes
     cfg = tiny_config("weight_sync.transport=shm", "models.dtype=bfloat16")
     paper = trained_weight_bytes(cfg, "Qwen2.5-14B-Instruct")
     assert 29e9 < paper < 30e9
@@ -108,7 +109,7 @@ def test_weight_files_are_private_unguessable_and_never_left_half_written(monkey
 
     import torch
 
-    from actors import weight_files as weight_sync
+    from actors.weights import files as weight_sync
     tensors = {"w": torch.ones(3)}
     a, b = (weight_sync.write_private_weights(tensors, "weights", 1) for _ in range(2))
     mine = f"sead-weights-{os.getpid()}-v1-"   # other runs on this machine write their own weight files
@@ -134,7 +135,7 @@ def test_too_little_space_is_refused_before_writing(monkeypatch):
 
     import torch
 
-    from actors import weight_files as weight_sync
+    from actors.weights import files as weight_sync
     monkeypatch.setattr("shutil.disk_usage", lambda d: collections.namedtuple("u", "total used free")(1, 1, 1000))
     with pytest.raises(OSError, match=r"weights v3 need \d+ MB in .*, 0 MB free"):
         weight_sync.write_private_weights({"w": torch.ones(1000)}, "weights", 3)
@@ -145,7 +146,7 @@ def test_stale_weight_files_of_dead_writers_are_swept(tmp_path):
     import os
     import subprocess
 
-    from actors import weight_files as weight_sync
+    from actors.weights import files as weight_sync
     dead = subprocess.Popen(["true"])
     dead.wait()
     live = os.getppid()
@@ -167,7 +168,7 @@ def test_the_shm_file_is_rewritten_in_place_and_reads_as_safetensors_without_a_c
     import torch
     from safetensors.torch import load_file
 
-    from actors.weight_files import SharedWeightFile, map_weight_file
+    from actors.weights.files import SharedWeightFile, map_weight_file
     # mixed element sizes, a scalar and an odd length: every tensor still lands aligned
     first = {"a.weight": torch.randn(3, 5), "b.bias": torch.arange(7, dtype=torch.bfloat16),
              "c.step": torch.tensor(4, dtype=torch.int64), "d.mask": torch.tensor([True, False, True])}

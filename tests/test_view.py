@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sead_ray.cli import main
+from sead_ray.cli.main import main
 from sead_ray.view.files import Folder, LineIndex, ViewError
 from tests.conftest import EMBEDDED_CONFIG, FINISHED_RUN_PREFILL, ROOT
 
@@ -97,8 +97,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def _records(n: int, scenario) -> list[dict]:
     """n dialogue records as the rollout writes them (Trajectory.to_json): every third a success, every
     fourth with a format failure, the last one ended by an error."""
-    from sead_ray.dialogue import Trajectory, Turn
-    from sead_ray.profiles import Profile
+    from sead_ray.play.dialogue import Trajectory, Turn
+    from sead_ray.scenario.profiles import Profile
     out = []
     for i in range(n):
         ok = i % 4 != 0
@@ -116,7 +116,7 @@ def _records(n: int, scenario) -> list[dict]:
 def test_the_api_pages_and_filters_a_big_file_and_guards_hosts_and_origins(tmp_path, scenario, monkeypatch):
     from starlette.testclient import TestClient
 
-    from sead_ray.config import dump_config, load_config
+    from sead_ray.core.config import dump_config, load_config
     from sead_ray.view.app import build_app
     run = tmp_path / "run"
     (run / "dialogues").mkdir(parents=True)
@@ -164,8 +164,8 @@ PREFILL = FINISHED_RUN_PREFILL
 def _compare_from_held_out(run: Path, out: Path) -> None:
     """A comparison of the run's agent before training and after its last iteration, from its held-out calls
     (the same profiles and seeds, in the same order), written as `sead-ray compare` writes one."""
-    from sead_ray.compare import agent_dir_name, compare_rows, write_compare
-    from sead_ray.metrics import read_dialogues
+    from sead_ray.evaluation.compare import agent_dir_name, compare_rows, write_compare
+    from sead_ray.evaluation.metrics import read_dialogues
     files = sorted((run / "dialogues").glob("eval_*.jsonl"))
     records = {"untrained": read_dialogues(files[0]), f"after {files[-1].stem}": read_dialogues(files[-1])}
     for i, (label, source) in enumerate(zip(records, (files[0], files[-1]))):
@@ -182,7 +182,7 @@ def viewer(finished_run, tmp_path_factory):
     shutil.copytree(finished_run.path, folder / "run", symlinks=True, ignore=shutil.ignore_patterns("deepspeed"))
     _compare_from_held_out(folder / "run", folder / "compare")
     (folder.parent / "outside.jsonl").write_text("{}\n")
-    server = subprocess.Popen([sys.executable, "-m", "sead_ray.cli", "view", str(folder), "--port", "0"],
+    server = subprocess.Popen([sys.executable, "-m", "sead_ray.cli.main", "view", str(folder), "--port", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line, seen = "", []
     while "open http" not in line:
@@ -297,7 +297,7 @@ def test_dialogue_browser_filters_to_a_failed_call_with_both_state_series(viewer
 
 @pytest.mark.slow
 def test_talk_page_two_exchanges_saved_as_a_dialogue_record(viewer, page, shot):
-    from sead_ray.metrics import read_dialogues
+    from sead_ray.evaluation.metrics import read_dialogues
     folder, url = viewer
     page.goto(f"{url}/#/talk")
     page.select_option("select[name=config]", "run")
@@ -326,8 +326,8 @@ def test_talk_page_two_exchanges_saved_as_a_dialogue_record(viewer, page, shot):
 def test_talk_with_the_runs_latest_checkpoint_on_a_local_engine(viewer):
     import httpx
 
-    from sead_ray.checkpoint import latest_checkpoint, load_train_state
-    from sead_ray.metrics import read_dialogues
+    from sead_ray.evaluation.metrics import read_dialogues
+    from sead_ray.training.checkpoint import latest_checkpoint, load_train_state
     folder, url = viewer
     client = httpx.Client(base_url=url, headers={"origin": url}, timeout=300)
     talk = client.post("/api/talk", json={"config": "run", "agent": "run:run"})   # starts a vLLM engine (~20 s)

@@ -4,7 +4,7 @@
   talks), and JSON Lines files read by byte offset (a line index built once and extended as a file grows,
   torn lines counted and skipped: a multi-GB dialogues file is never read whole into memory or the page);
 - calls.py: the compact summary of each call the dialogue browser filters on, and a profile's identity;
-- pages.py: what each page shows, as JSON (run curves and verdict from sead_ray.report, the curriculum
+- pages.py: what each page shows, as JSON (run curves and verdict from sead_ray.evaluation.report, the curriculum
   map, dialogue summaries and filters, comparison tables with their paired wins and losses);
 - talk.py: the talk page's agents (a run's latest checkpoint on a local vLLM engine, `openai:MODEL@URL`,
   `script:CLASS`) and a conversation saved as a dialogue record;

@@ -14,10 +14,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .calls import FILTERS
-from .files import Folder, ViewError
-from .pages import Views
-from .talk import Talks
+from sead_ray.view.calls import FILTERS
+from sead_ray.view.files import Folder, ViewError
+from sead_ray.view.pages import Views
+from sead_ray.view.talk import Talks
 
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -118,7 +118,7 @@ def build_app(root: Path, port: int) -> Any:
 
 def bind(port: int) -> socket.socket:
     """A listening socket on 127.0.0.1:port (0: any free port); a port in use is a usage error."""
-    from ..cli_inputs import UsageError
+    from sead_ray.runs.inputs import UsageError
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind(("127.0.0.1", port))
@@ -134,7 +134,7 @@ def bind(port: int) -> socket.socket:
 def cmd_view(args) -> int:
     import uvicorn
 
-    from ..cli_inputs import UsageError
+    from sead_ray.runs.inputs import UsageError
     root = Path(args.folder)
     if not root.is_dir():
         raise UsageError(f"{root}: not a folder (give a run directory, or a folder that holds runs or comparisons)")

@@ -7,7 +7,7 @@ import hashlib
 import sys
 from typing import Any, NamedTuple, Optional
 
-from ..state import state_key
+from sead_ray.scenario.state import state_key
 
 _SHARED: dict[tuple, tuple] = {}   # identical behaviour lists share one tuple
 
@@ -27,6 +27,14 @@ class CallSummary(NamedTuple):
 
     def to_json(self) -> dict:
         return {**self._asdict(), "behaviors": list(self.behaviors)}
+
+    @property
+    def success(self) -> bool:   # what a reward reads (sead_ray.training.rewards.CallOutcome)
+        return self.outcome == "success"
+
+    @property
+    def agent_parse_failures(self) -> int:
+        return self.format_failures
 
 
 def _text(value: Any) -> Optional[str]:

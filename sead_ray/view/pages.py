@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
-from ..metrics import DEFAULT_DIMENSIONS
-from ..report import learning_summary, metrics_rows
-from ..state import Dimension, StateSchema
-from .calls import CallSummary, matches, summarizer
-from .files import Folder, ViewError, read_json_file
+from sead_ray.evaluation.metrics import DEFAULT_DIMENSIONS
+from sead_ray.evaluation.report import learning_summary, metrics_rows
+from sead_ray.scenario.state import Dimension, StateSchema
+from sead_ray.view.calls import CallSummary, matches, summarizer
+from sead_ray.view.files import Folder, ViewError, read_json_file
 
 PAGE_MAX = 200
 
@@ -37,7 +37,7 @@ class Views:
             return None, None, default_schema(), None
         with self._lock:
             if source not in self._settings:
-                from ..cli_inputs import load
+                from sead_ray.runs.inputs import load
                 try:
                     cfg, scenario = load(str(source / "config.yaml"), [])
                     self._settings[source] = (cfg, scenario, scenario.schema, None)
@@ -57,8 +57,8 @@ class Views:
 
     # ----------------------------------------------------------------------------- folder
     def overview(self) -> dict:
-        from ..battery import CLASSES, HONEST
-        from ..checkpoint import latest_checkpoint
+        from sead_ray.agent.scripted import CLASSES, HONEST
+        from sead_ray.training.checkpoint import latest_checkpoint
         found = self.folder.discover()
         found["root"] = str(self.folder.root)
         found["dialogue_files"] = {src: self.folder.dialogue_files(src) for src in found["runs"] + found["evals"]}
@@ -69,7 +69,7 @@ class Views:
 
     # ----------------------------------------------------------------------------- run page
     def run(self, rel: str) -> dict:
-        from ..checkpoint import latest_checkpoint
+        from sead_ray.training.checkpoint import latest_checkpoint
         run = self._run(rel)
         metrics = run / "metrics.jsonl"
         rows, held_out, problems, version = [], [], None, "none"
@@ -187,7 +187,7 @@ class Views:
 
     # ----------------------------------------------------------------------------- compare page
     def compare(self, rel: str) -> dict:
-        from ..compare import agent_dir_name
+        from sead_ray.evaluation.compare import agent_dir_name
         folder = self.folder.path(rel)
         rows = read_json_file(folder / "compare.json", "comparison")
         if not isinstance(rows, list) or not all(isinstance(r, dict) and "agent" in r for r in rows):
@@ -220,9 +220,8 @@ class Views:
 
 
 def _reward(cfg: Any, s: CallSummary) -> Optional[float]:
-    """The training reward of a call as the loop computes it (sead_ray.grpo.trajectory_reward)."""
+    """The training reward of a call as the loop computes it (train.reward of sead_ray.training.rewards)."""
     if cfg is None or s.outcome not in ("success", "failure"):
         return None
-    from ..grpo import trajectory_reward
-    return trajectory_reward(s.outcome == "success", s.format_failures, cfg.train.success_reward,
-                             cfg.train.format_penalty)
+    from sead_ray.training.rewards import REWARDS
+    return REWARDS.get(cfg.train.reward)(s, cfg.train)

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..dialogue import Trajectory, Turn
-from ..profiles import Profile
-from ..prompts.agent import agent_messages, parse_agent_output
-from ..turn_protocol import AgentTurnOutput, turn_seed
-from .files import ViewError
+from sead_ray.agent.prompt import agent_messages, parse_agent_output
+from sead_ray.play.dialogue import Trajectory, Turn
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.turn_protocol import AgentTurnOutput, turn_seed
+from sead_ray.view.files import ViewError
 
 STATUSES = ("continue", "accept", "refuse", "hangup")
 MAX_SESSIONS = 32
@@ -32,7 +32,7 @@ class LocalEngineAgent:
     def __init__(self, cfg: Any, model_path: str, policy_version: int = 0):
         from transformers import AutoTokenizer
 
-        from ..launch import local_agent_engine
+        from sead_ray.runs.evaluate import local_agent_engine
         self.engine = local_agent_engine(cfg, model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.prefill = cfg.dialogue.agent_prefill
@@ -49,7 +49,7 @@ class LocalEngineAgent:
     async def generate(self, dialogue_id: str, prompt_ids: Optional[list[int]] = None, *, messages: list[dict],
                        seed: Optional[int] = None, request_id: str = "", temperature: float = 0.0,
                        top_p: float = 1.0, max_tokens: int = 64) -> AgentTurnOutput:
-        from ..tokens import IncrementalChatEncoder
+        from sead_ray.agent.token_context import IncrementalChatEncoder
         encoder = self.encoders.get(dialogue_id)
         if encoder is None:
             encoder = self.encoders[dialogue_id] = IncrementalChatEncoder(self.tokenizer, messages[:2], self.prefill)
@@ -125,10 +125,10 @@ class Talks:
         return cfg, scenario
 
     async def _agent(self, ref: str, cfg: Any, scenario: Any) -> Any:
-        from ..battery import ScriptAgent, script_class
-        from ..checkpoint import latest_checkpoint, load_train_state
-        from ..endpoint import EndpointAgent, endpoint_client, endpoint_ref
-        from ..models import ModelError, resolve_model
+        from sead_ray.agent.endpoints import EndpointAgent, endpoint_client, endpoint_ref
+        from sead_ray.agent.scripted import ScriptAgent, script_class
+        from sead_ray.core.models import ModelError, resolve_model
+        from sead_ray.training.checkpoint import latest_checkpoint, load_train_state
         try:
             name = script_class(ref)
             if name is not None:
@@ -224,7 +224,7 @@ class Talks:
 
     def save(self, sid: str) -> tuple[dict, Path]:
         """Write the conversation as a one-record dialogues file into <folder>/talks/."""
-        from ..jsonl import write_jsonl
+        from sead_ray.core.jsonl import write_jsonl
         session = self.get(sid)
         record = session.record()
         path = self.views.folder.path("talks", must_exist=False) / f"talk-{time.strftime('%Y%m%d-%H%M%S')}-{sid}.jsonl"

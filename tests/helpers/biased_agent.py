@@ -23,8 +23,8 @@ def build_biased_agent(out_dir: Path, scenario, p_phrase: float = 0.25, steps: i
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sead_ray.models import resolve_model
-    from sead_ray.prompts import agent_messages
+    from sead_ray.agent.prompt import agent_messages
+    from sead_ray.core.models import resolve_model
 
     out_dir = Path(out_dir)
     if (out_dir / "config.json").exists():

@@ -17,8 +17,8 @@ import numpy as np
 
 def _turns(roles, scenario, n: int, tag: str) -> list[str]:
     """Play one user turn of `n` fresh dialogues through the pool; the engines that served them."""
-    from sead_ray.profiles import sample_profiles
-    from sead_ray.turn_protocol import UserRequest
+    from sead_ray.scenario.profiles import sample_profiles
+    from sead_ray.scenario.turn_protocol import UserRequest
     profiles = sample_profiles(scenario, n, np.random.default_rng(0), n_max=200)
 
     async def one(i, p):
@@ -34,11 +34,11 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from actors.agent_policy import AgentPool
-    from actors.system import RolloutRoles, launch_user, rescale_user_pool
-    from actors.user_sim import UserSimPool
+    from actors.agent import AgentPool
+    from actors.rollout_roles import RolloutRoles, launch_user, rescale_user_pool
+    from actors.user import UserSimPool
     from placement import create_placement_groups, user_engine_count
-    from sead_ray.scenario import load_scenario
+    from sead_ray.scenario.scenario import load_scenario
     from tests.conftest import SCENARIO, tiny_config
 
     cfg = tiny_config("user.backend=rule", "user.engines=auto", "placement.user.node_resource=rollout",

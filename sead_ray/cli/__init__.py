@@ -1,0 +1,1 @@
+"""The `sead-ray` command line."""

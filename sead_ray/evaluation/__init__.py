@@ -1,0 +1,1 @@
+"""The evidence: metrics, significance tests, compare, report, judge, and simcheck with its adversarial battery."""

@@ -1,0 +1,1 @@
+"""Running it: the memory plan, the monitor and the Grafana dashboard."""

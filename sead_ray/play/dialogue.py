@@ -1,0 +1,208 @@
+"""One episode: the agent opens, the simulator answers, until accept / refuse / hang-up / T_max.
+
+`run_dialogue` is a pure coroutine over two async callables (the agent and the user back-ends), so
+sead_ray.play.rollout can run one task per dialogue on real Ray actors while tests drive it with plain
+functions. The agent sees only the user's spoken words; the simulator's state never enters the
+agent's prompt unless the training-only `privileged_user_view` option is on.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sead_ray.agent.prompt import agent_messages, parse_agent_output, user_message_for_agent
+from sead_ray.scenario.guards import RuledTurn, enforce_simulator_rules
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.scenario import Scenario
+from sead_ray.scenario.state import State, StateSchema
+from sead_ray.scenario.turn_protocol import (
+    AgentFn,
+    ChatEncoder,
+    UserFn,
+    UserRequest,
+    UserTurnOutput,
+    turn_seed,
+)
+
+
+@dataclass
+class Turn:
+    agent: str
+    agent_estimate: Optional[dict]
+    agent_raw: str
+    agent_parse_ok: bool
+    policy_version: int
+    agent_tokens: int
+    user: Optional[str] = None
+    user_state: Optional[dict] = None
+    user_status: str = "continue"
+    user_parse_ok: bool = True
+    agent_prompt_tokens: int = 0   # endpoint agents: prompt tokens billed for the turn
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Trajectory:
+    dialogue_id: str
+    profile: Profile
+    turns: list[Turn]
+    outcome: str
+    end_reason: str
+    error: Optional[str] = None
+    user_parse_failures: int = 0
+    user_step_clamps: int = 0          # state dimensions the simulator moved by more than max_step
+    user_status_overrides: int = 0     # endings the scenario's status guards turned into `continue`
+    # Token-exact training view (agent generation = mask 1); empty when no encoder was used.
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    rollout_logprobs: list[float] = field(default_factory=list)
+    agent_seconds: float = 0.0
+    user_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    accel_seconds: float = 0.0   # this dialogue's share of the engines' wall time (cost metric)
+    group: int = 0          # GRPO group (rollouts of the same profile share one)
+    iteration: int = 0
+    replays: int = 0        # times this call was played again after ending in error
+    # user.train: each kept simulator turn, token-exact (the simulator's prompt is rebuilt every turn)
+    user_turns: list[UserTurnOutput] = field(default_factory=list)
+
+    @property
+    def errored(self) -> bool:
+        """Ended by the infrastructure or the simulator, not by the agent: never a policy outcome."""
+        return self.end_reason == "error"
+
+    @property
+    def success(self) -> bool:
+        return self.outcome == "success"
+
+    @property
+    def agent_parse_failures(self) -> int:
+        return sum(not t.agent_parse_ok for t in self.turns)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        return sorted({t.policy_version for t in self.turns})
+
+    def to_json(self, scenario: Scenario) -> dict:
+        """The dialogues-file record (format of `sead-ray metrics`)."""
+        return {
+            "dialogue_id": self.dialogue_id, "iteration": self.iteration, "group": self.group,
+            "profile": self.profile.to_json(scenario.schema),
+            "turns": [t.to_json() for t in self.turns],
+            "outcome": self.outcome, "end_reason": self.end_reason, "error": self.error,
+            "n_agent_turns": len(self.turns),
+            "policy_version": min(self.policy_versions) if self.turns else None,
+            "policy_versions": self.policy_versions,
+            "user_policy_version": min(u.policy_version for u in self.user_turns) if self.user_turns else None,
+            "agent_tokens": sum(t.agent_tokens for t in self.turns),
+            "agent_parse_failures": self.agent_parse_failures, "replays": self.replays,
+            "user_parse_failures": self.user_parse_failures, "user_step_clamps": self.user_step_clamps,
+            "user_status_overrides": self.user_status_overrides,
+            "timing": {"agent_s": round(self.agent_seconds, 4), "user_s": round(self.user_seconds, 4),
+                       "wall_s": round(self.wall_seconds, 4),
+                       "accel_s": round(self.accel_seconds, 4) if self.accel_seconds else None},
+        }
+
+
+def apply_simulator_rules(schema: StateSchema, status_guards: Optional[dict], profile: Profile, turn_index: int,
+                          state: State, reply: UserTurnOutput, max_step: int) -> RuledTurn:
+    """The simulator's proposed state and status under its rules (sim_rules.py). On the first turn of a
+    free-form profile (w/o profile sampling) no state was given, so there is no step to limit."""
+    chose_own_start = profile.free_form and turn_index == 0
+    return enforce_simulator_rules(schema, status_guards or {}, None if chose_own_start else state, reply.state,
+                                   reply.status, max_step)
+
+
+async def run_dialogue(
+    dialogue_id: str,
+    profile: Profile,
+    scenario: Scenario,
+    agent: AgentFn,
+    user: UserFn,
+    *,
+    max_turns: int,
+    seed: int = 0,
+    user_retries: int = 2,
+    encoder: Optional[ChatEncoder] = None,
+    privileged_user_view: bool = False,
+    agent_prefill: str = "",
+    max_step: int = 0,
+    status_guards: Optional[dict] = None,
+) -> Trajectory:
+    """Play one call to its end. Never raises on model output; back-end failures end the dialogue
+    with end_reason 'error' and keep the turns played so far."""
+    schema = scenario.schema
+    started = time.perf_counter()
+    turns: list[Turn] = []
+    agent_raw: list[str] = []
+    agent_spoken: list[str] = []
+    user_spoken: list[str] = []
+    seen_states: list[Optional[State]] = []
+    state = profile.state
+    traj = Trajectory(dialogue_id, profile, turns, "failure", "timeout")
+
+    def finish(end_reason: str, error: Optional[str] = None) -> Trajectory:
+        traj.end_reason = end_reason
+        traj.error = error
+        traj.outcome = scenario.outcome_of_status.get(end_reason, "failure")
+        traj.wall_seconds = time.perf_counter() - started
+        if encoder is not None:
+            traj.token_ids, traj.loss_mask = list(encoder.token_ids), list(encoder.loss_mask)
+            traj.rollout_logprobs = list(encoder.logprobs)
+        return traj
+
+    for turn_index in range(max_turns):
+        messages = agent_messages(scenario, user_spoken, agent_raw,
+                                  privileged_states=seen_states if privileged_user_view else None)
+        t0 = time.perf_counter()
+        try:
+            out = await agent(dialogue_id, turn_index, messages, encoder.prompt_ids() if encoder else None)
+        except Exception as exc:  # a dead or failing agent engine ends this dialogue, not the run
+            traj.agent_seconds += time.perf_counter() - t0
+            return finish("error", f"agent failed at turn {turn_index + 1}: {exc!r}")
+        traj.agent_seconds += time.perf_counter() - t0
+        if encoder is not None:
+            encoder.add_generation(list(out.token_ids), list(out.logprobs))
+        raw = agent_prefill + out.text   # the turn as the agent's context holds it
+        parsed = parse_agent_output(raw, schema)
+        agent_raw.append(raw)
+        agent_spoken.append(parsed.reply or "...")
+        turn = Turn(parsed.reply, parsed.estimate, raw, parsed.ok, out.policy_version,
+                    len(out.token_ids) or out.completion_tokens, agent_prompt_tokens=out.prompt_tokens)
+        turns.append(turn)
+
+        reply = None
+        t0 = time.perf_counter()
+        for attempt in range(user_retries + 1):
+            request = UserRequest(dialogue_id, turn_index, profile, list(agent_spoken), list(user_spoken),
+                                  seed=turn_seed(seed, turn_index, attempt), user_states=list(seen_states))
+            try:
+                reply = await user(request)
+            except Exception as exc:
+                traj.user_seconds += time.perf_counter() - t0
+                return finish("error", f"user simulator failed at turn {turn_index + 1}: {exc!r}")
+            if reply.ok and reply.state is not None:
+                break
+            traj.user_parse_failures += 1
+        traj.user_seconds += time.perf_counter() - t0
+        if reply is None or not reply.ok or reply.state is None:
+            turn.user_parse_ok = False
+            return finish("error", f"simulator output did not parse after {user_retries + 1} tries: "
+                                   f"{reply.error if reply else 'no reply'}")
+        if reply.token_ids:
+            traj.user_turns.append(reply)
+        ruled = apply_simulator_rules(schema, status_guards, profile, turn_index, state, reply, max_step)
+        traj.user_step_clamps += ruled.clamped_dimensions
+        traj.user_status_overrides += ruled.status_override is not None
+        state = ruled.state
+        turn.user, turn.user_state, turn.user_status = reply.reply, schema.to_dict(state), ruled.status
+        user_spoken.append(reply.reply)
+        seen_states.append(state)
+        if ruled.status != "continue":
+            return finish(ruled.status)
+        if encoder is not None and turn_index + 1 < max_turns:
+            encoder.add_user(user_message_for_agent(scenario, reply.reply, state if privileged_user_view else None))
+    return finish("timeout")

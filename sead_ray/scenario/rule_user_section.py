@@ -1,0 +1,140 @@
+"""The scenario's `rule_user` section: what the transparent `rule` simulator (rule_user.py) knows of a
+domain. Kept apart from scenario.py so that the scenario loader stays about the paper's own fields.
+
+Everything here is data: the concerns a user raises (in several wordings, and which behaviours raise
+them), per fact the terms it affirms and denies (so that an answer can be told from a lie), who the caller
+is and what the offer is (the user asks until told), the words that ask for the decision, the scenario's
+own pressure/credential/payment patterns on top of the generic ones (speech.py), and the user's lines.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+from sead_ray.core.typed_load import ConfigError, option
+from sead_ray.scenario.lexicon import FactTerms, Lexicon, phrase, read_turn
+
+
+@dataclass(frozen=True)
+class Concern:
+    say: tuple[str, ...] = option(nonempty=True, one_or_many=True)   # the user's wordings (one drawn per turn, seeded)
+    answered_by: tuple[int, ...] = option(nonempty=True)              # indexes into the scenario's facts
+    name: str = ""
+    categories: tuple[str, ...] = ()  # behaviour categories whose profiles raise it
+    behaviors: tuple[str, ...] = option((), one_or_many=True)   # single behaviours that raise it (before their category's)
+
+
+@dataclass(frozen=True)
+class Question:
+    """Something the user asks before any concern: who is calling, what the call is about."""
+    terms: tuple[str, ...] = option(nonempty=True, one_or_many=True)
+    say: tuple[str, ...] = option(nonempty=True, one_or_many=True)
+
+
+@dataclass(frozen=True)
+class FactSides:
+    """The terms one scenario fact affirms and denies, as the file writes them (read by speech.FactTerms)."""
+    affirms: tuple[str, ...] = option((), one_or_many=True)
+    denies: tuple[str, ...] = option((), one_or_many=True)
+
+
+def _phrases(default: tuple[str, ...] = ()) -> Any:
+    return option(default, one_or_many=True)
+
+
+@dataclass(frozen=True)
+class RuleUserSpec:
+    concerns: tuple[Concern, ...] = option(nonempty=True)
+    facts: tuple[FactSides, ...] = option()       # one per scenario fact, same order
+    identity: Question = option()
+    offer: Question = option()
+    opening: str = option(nonempty=True)          # an honest first turn (simcheck's greeting and reference agent)
+    ask: str = option(nonempty=True)              # asking for the decision, honestly
+    decision_words: tuple[str, ...] = option(nonempty=True, one_or_many=True)
+    pressure: tuple[str, ...] = _phrases()        # the scenario's own patterns, beside speech.py's generic ones
+    credentials: tuple[str, ...] = _phrases()
+    payment: tuple[str, ...] = _phrases()
+    overclaims: tuple[str, ...] = _phrases()
+    lines: dict[str, tuple[str, ...]] = option({}, one_or_many=True)     # over DEFAULT_LINES
+    endings: dict[str, tuple[str, ...]] = option({}, one_or_many=True)   # over DEFAULT_ENDINGS
+    answer_terms: int = option(2, 1)       # terms of one fact an answer must state
+    salad_concerns: int = option(2, 1)     # facts of this many concerns stated in one turn: reciting, not answering
+    max_words: int = option(40, 1)         # longer turns earn nothing (rambling)
+    brief_words: int = option(25, 1)       # an answer at most this long also lifts the mood
+    courtesy_credits: int = option(1, 1)   # courtesy lifts the mood at most this often per call
+    repeat_window: int = option(3, 1)      # a turn this close to one of the agent's last few turns is a near-repeat
+    repeat_overlap: float = option(0.6, 0.05, 1.0)
+    ignored_rounds: int = option(3, 1)     # the paper: a question unanswered this many rounds ends the call
+    # the words the rule user listens for, compiled once at load from this section and the scenario's facts
+    lexicon: Optional[Lexicon] = option(None, internal=True)
+
+
+DEFAULT_LINES = {
+    "ready": ("Alright, that sounds fair. So what happens now?",),
+    "hesitant": ("Hmm. I'm still not sure about this.",),
+    "objection": ("Hold on, that's not what I asked.",),
+    "impatient": ("I have asked you this already.",),
+}
+DEFAULT_ENDINGS = {
+    "accept": ("Alright, go ahead.",), "refuse": ("No, I'm not interested. Goodbye.",),
+    "hangup": ("I don't have time for this. (hangs up)",),
+}
+
+
+def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collection[str], behaviors: Collection[str],
+                   where: str) -> RuleUserSpec:
+    """The checks of a scenario's `rule_user` section (loaded by typed_load) against the rest of the file,
+    then its lexicon; errors name the file and the field."""
+    key = "rule_user"
+    concerns = []
+    for i, concern in enumerate(spec.concerns):
+        at = f"{key}.concerns[{i}]"
+        if not all(0 <= f < len(facts) for f in concern.answered_by):
+            raise ConfigError(f"{where}: {at}.answered_by must list fact indexes 0..{len(facts) - 1}")
+        if any(c not in categories for c in concern.categories):
+            raise ConfigError(f"{where}: {at}.categories must list known behavior categories (known: {sorted(categories)})")
+        unknown = [b for b in concern.behaviors if b not in behaviors]
+        if unknown:
+            raise ConfigError(f"{where}: {at}.behaviors: {unknown[0]!r} is not in the behavior library")
+        concerns.append(replace(concern, name=concern.name or f"concern_{i}"))
+    lines = {}
+    for name, defaults in (("lines", DEFAULT_LINES), ("endings", DEFAULT_ENDINGS)):
+        given = getattr(spec, name)
+        unknown = sorted(set(given) - set(defaults))
+        if unknown:
+            raise ConfigError(f"{where}: {key}.{name}.{unknown[0]}: not a line of the rule user (known: {sorted(defaults)})")
+        lines[name] = {**defaults, **given}
+    fact_terms = _fact_terms(spec.facts, facts, where)
+    lexicon = Lexicon.build(facts, fact_terms, spec.identity.terms, spec.offer.terms, spec.decision_words,
+                            spec.pressure, spec.credentials, spec.payment, spec.overclaims)
+    spec = replace(spec, concerns=tuple(concerns), **lines, lexicon=lexicon)
+    opening, ask = read_turn(spec.opening, lexicon), read_turn(spec.ask, lexicon)
+    if not (opening.identifies and opening.offers) or opening.asks:
+        raise ConfigError(f"{where}: {key}.opening must say who calls (an identity term with I/we/this is) "
+                          "and name the offer (two offer terms), without asking for the decision yet")
+    if not ask.asks or ask.red_flag or ask.lie:
+        raise ConfigError(f"{where}: {key}.ask must ask for the decision: a question with a decision word")
+    return spec
+
+
+def _fact_terms(sides: Sequence[FactSides], facts: Sequence[str], where: str) -> tuple[FactTerms, ...]:
+    """Each fact's terms as speech.py matches them (stemmed), each checked to occur in its fact's text."""
+    if len(sides) != len(facts):
+        raise ConfigError(f"{where}: rule_user.facts must give, for each of the {len(facts)} agent.facts in "
+                          "order, the terms it affirms and denies ({affirms: [...], denies: [...]})")
+    out, polarity = [], {}
+    for i, (item, text) in enumerate(zip(sides, facts)):
+        said = phrase(text)
+        stemmed = {}
+        for side in ("affirms", "denies"):
+            for term in getattr(item, side):
+                p = phrase(term)
+                if not any(said[j:j + len(p)] == p for j in range(len(said))):
+                    raise ConfigError(f"{where}: rule_user.facts[{i}].{side}: {term!r} does not occur in agent.facts[{i}]")
+                if polarity.setdefault(p, side) != side:
+                    raise ConfigError(f"{where}: rule_user.facts[{i}].{side}: {term!r} is affirmed by one fact and "
+                                      "denied by another")
+            stemmed[side] = tuple(phrase(t) for t in getattr(item, side))
+        out.append(FactTerms(**stemmed))
+    return tuple(out)

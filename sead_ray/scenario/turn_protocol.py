@@ -1,0 +1,79 @@
+"""What crosses between the dialogue loop and the players' back-ends (engines, rule simulators, endpoints,
+scripts): each turn's output, the simulator's request, the back-end call shapes, the ends of a call.
+Beside sead_ray.training.trainer_protocol (what crosses to the training ranks). It imports nothing above it."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.state import State
+
+END_REASONS = ("accept", "refuse", "hangup", "timeout", "error")
+
+
+@dataclass
+class AgentTurnOutput:
+    """What an agent back-end returns for one turn (token ids exactly as sampled)."""
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    policy_version: int = 0
+    finish_reason: str = "stop"
+    prompt_tokens: int = 0          # endpoint agents: the usage the endpoint reported (no token ids)
+    completion_tokens: int = 0
+
+
+@dataclass
+class UserTurnOutput:
+    """What a user-simulator back-end returns for one turn."""
+    reply: str
+    state: Optional[State]
+    status: str
+    ok: bool
+    raw: str = ""
+    error: Optional[str] = None
+    engine: str = ""
+    # a simulator being trained (user.train): its prompt and generation as the engine saw them
+    prompt_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    policy_version: int = 0
+
+
+@dataclass
+class UserRequest:
+    """Everything a simulator needs to play one turn (crosses process boundaries)."""
+    dialogue_id: str
+    turn_index: int
+    profile: Profile
+    agent_replies: list[str]
+    user_replies: list[str]
+    seed: int
+    user_states: list[State] = field(default_factory=list)   # its state after each of user_replies
+
+    @property
+    def current_state(self) -> State:
+        """The state its next turn starts from: after its last turn, or the profile's at the first."""
+        return self.user_states[-1] if self.user_states else self.profile.state
+
+
+class ChatEncoder(Protocol):
+    """Keeps the agent's context as token ids (see tokens.IncrementalChatEncoder)."""
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+
+    def prompt_ids(self) -> list[int]: ...
+    def add_generation(self, token_ids: list[int], logprobs: list[float]) -> None: ...
+    def add_user(self, content: str) -> None: ...
+
+
+AgentFn = Callable[[str, int, list[dict], Optional[list[int]]], Awaitable[AgentTurnOutput]]
+UserFn = Callable[[UserRequest], Awaitable[UserTurnOutput]]
+
+
+def turn_seed(dialogue_seed: int, turn_index: int, attempt: int = 0) -> int:
+    """A distinct sampling seed per dialogue, turn and retry (vLLM seeds are 63-bit at most)."""
+    return (dialogue_seed * 1_000_003 + turn_index * 101 + attempt) % (2**31 - 1)

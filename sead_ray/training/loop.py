@@ -1,0 +1,292 @@
+"""The self-evolution loop (SEAD's four phases), over a `LoopSystem` that runs the roles:
+
+    1. sample_profiles     the Profile Controller draws B initial states + behaviors (curriculum)
+    2. play_dialogues      one asyncio task per call against the frozen user simulator
+    3. learn               per trained role: GRPO advantages -> one update on its trainer -> weights to its engines
+    4. analyse_mistakes    completion rate per initial state -> the next sampling weights
+
+Each phase returns a record; `run()` plays iterations and saves checkpoints. Stopping (Ctrl-C,
+SIGTERM), resuming and tearing the system down live in sead_ray.runs.train, beside the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+from sead_ray.core.config import SeadConfig
+from sead_ray.core.jsonl import write_json
+from sead_ray.play.dialogue import Trajectory
+from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
+from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.scenario import Scenario
+from sead_ray.scenario.state import State
+from sead_ray.training.checkpoint import CheckpointError, TrainState, save_checkpoint
+from sead_ray.training.grpo import compute_advantages
+from sead_ray.training.rewards import REWARDS, simulator_reward
+from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult, TrainerError
+
+log = logging.getLogger(__name__)
+
+
+class StopRequested(Exception):
+    """Ctrl-C or SIGTERM: end at the next safe point with a checkpoint."""
+
+
+class LoopSystem(Protocol):
+    """The running roles, as the loop sees them (actors.trained_roles.TrainingSystem on Ray)."""
+    user_engines: int
+
+    def endpoints(self) -> RolloutEndpoints: ...
+    async def rescale(self) -> Optional[dict]: ...
+    async def sample_profiles(self, n: int) -> list[Profile]: ...
+    async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict: ...
+    async def controller_state(self) -> dict: ...
+    @property
+    def trained_roles(self) -> list[str]: ...   # "agent", and "user" with user.train
+    async def grpo_step(self, samples: list[Sample], role: str = "agent") -> StepMetrics: ...
+    async def publish(self, role: str = "agent") -> SyncResult: ...   # the version the role's last step made
+    def save_weights(self, directory: Path) -> Any: ...
+    async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
+                               curriculum: Optional[dict] = None) -> dict: ...
+
+
+@dataclass
+class Dialogues:
+    """Phase 2's record."""
+    rollout: RolloutResult
+    records: list[dict]            # as written to dialogues/iter_NNNN.jsonl
+
+
+@dataclass
+class Learning:
+    """Phase 3's record."""
+    rewards: list[float]
+    step: StepMetrics
+    sync: SyncResult
+    policy_version: int
+    user: Optional[Learning] = None   # user.train: the simulator's own step, sync and version
+
+
+def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
+    """The trainer's view of the calls: token ids, loss mask, rollout logprobs, advantage."""
+    return [Sample(t.token_ids[:max_seq_len], t.loss_mask[:max_seq_len], t.rollout_logprobs[:max_seq_len], a)
+            for t, a in zip(trajectories, advantages) if t.token_ids and sum(t.loss_mask)]
+
+
+def user_samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
+    """The simulator's turns as the trainer needs them (user.train): one sample per kept turn, its prompt
+    (not trained) then its generation, with the advantage of the call the turn belongs to."""
+    samples = []
+    for t, a in zip(trajectories, advantages):
+        for turn in t.user_turns:
+            ids = (turn.prompt_ids + turn.token_ids)[:max_seq_len]
+            mask = ([0] * len(turn.prompt_ids) + [1] * len(turn.token_ids))[:max_seq_len]
+            logprobs = ([0.0] * len(turn.prompt_ids) + turn.logprobs)[:max_seq_len]
+            if sum(mask):
+                samples.append(Sample(ids, mask, logprobs, a))
+    return samples
+
+
+def agent_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]:
+    """The agent's reward per call (train.reward)."""
+    reward = REWARDS.get(train.reward)
+    return [reward(t, train) for t in trajectories]
+
+
+def simulator_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]:
+    return [simulator_reward(t, train) for t in trajectories]
+
+
+# What each trained role learns from a batch of calls: its reward per call, and its samples.
+LEARNERS: dict[str, tuple[Callable, Callable]] = {"agent": (agent_rewards, samples_from),
+                                                  "user": (simulator_rewards, user_samples_from)}
+
+
+class SelfEvolutionLoop:
+    def __init__(self, cfg: SeadConfig, scenario: Scenario, system: LoopSystem, run_dir: Path,
+                 start: TrainState, saved: bool, held_out: Sequence[Profile] = ()):
+        self.cfg, self.scenario, self.system, self.run_dir = cfg, scenario, system, Path(run_dir)
+        self.held_out = list(held_out)  # train.eval_every: the fixed profile set of held-out evaluations
+        self.done = start              # the last completed iteration, its controller state and policy version
+        self.saved_iteration = start.iteration if saved else 0
+        self.last_save_s: Optional[float] = None   # how long the run's last checkpoint took to write
+        self.stop_requested = False
+        self.weights_ahead = False     # the trainer stepped in an iteration that has not completed yet
+
+    # -- the four phases
+
+    async def sample_profiles(self) -> list[Profile]:
+        return await self.system.sample_profiles(self.cfg.train.batch_size)
+
+    async def play_dialogues(self, iteration: int, profiles: list[Profile]) -> Dialogues:
+        train, dialogue = self.cfg.train, self.cfg.dialogue
+        rollout = await self._unless_stopped(run_dialogues(
+            self.system.endpoints(), self.cfg, self.scenario, profiles, iteration=iteration, phase="train",
+            sampling=dialogue.agent_train, rollouts_per_profile=train.rollouts_per_profile,
+            privileged_user_view=dialogue.privileged_user_view))
+        path = self.run_dir / "dialogues" / f"iter_{iteration:04d}.jsonl"
+        return Dialogues(rollout, write_dialogues(path, rollout, self.scenario))
+
+    async def learn(self, iteration: int, dialogues: Dialogues) -> Learning:
+        trajs = dialogues.rollout.played
+        if dialogues.rollout.errors:
+            log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
+                        iteration, dialogues.rollout.errors)
+        self.weights_ahead = True
+        learned = {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
+        learned["agent"].user = learned.get("user")
+        return learned["agent"]
+
+    async def learn_role(self, role: str, iteration: int, trajs: Sequence[Trajectory]) -> Learning:
+        """One GRPO update of `role`'s model on this iteration's calls, then its new weights to its engines."""
+        train = self.cfg.train
+        rewards_of, samples_of = LEARNERS[role]
+        rewards = rewards_of(trajs, train)
+        advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
+        samples = samples_of(trajs, advantages, train.max_seq_len)
+        trained_tokens = sum(sum(x.loss_mask) for x in samples)
+        if advantages and all(a == 0 for a in advantages):
+            skip = train.skip_no_signal_steps and train.kl_coef == 0 and train.entropy_coef == 0
+            log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): %s",
+                        iteration, role, train.advantage_mode, sum(t.success for t in trajs), len(trajs),
+                        "step skipped, weights stay" if skip else "the policy-gradient term of this step is 0")
+            if skip:
+                version = self.done.policy_version if role == "agent" else self.done.user_policy_version
+                return Learning(rewards, StepMetrics.no_step(trained_tokens),
+                                SyncResult(version, 0.0, None, None, 0.0), version)
+        log.info("iter %d %s GRPO: %d samples, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration, role,
+                 len(samples), sum(len(x.token_ids) for x in samples), trained_tokens,
+                 self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)
+        step = await self.system.grpo_step(samples, role)
+        sync = await self.system.publish(role)
+        log.info("iter %d %s GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> %s engines in %.1f s (%s)",
+                 iteration, role, step.step_s, step.loss, step.grad_norm or 0.0, sync.version, role, sync.total_s,
+                 self.cfg.weight_sync.transport)
+        return Learning(rewards, step, sync, sync.version)
+
+    async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
+        snapshot = await self.system.update_curriculum((t.profile.state, t.success) for t in dialogues.rollout.played)
+        write_json(self.run_dir / "curriculum" / f"iter_{iteration:04d}.json", {"iteration": iteration, **snapshot})
+        return snapshot
+
+    async def evaluate_held_out(self, iteration: int) -> dict:
+        """The current policy, greedily (dialogue.agent_eval), on the run's fixed held-out profiles with the
+        same seeds every time: unlike the training calls (temperature, curriculum draws) comparable
+        across iterations. Logged as phase `eval` (metrics.jsonl, TensorBoard, report)."""
+        rollout = await self._unless_stopped(run_dialogues(
+            self.system.endpoints(), self.cfg, self.scenario, self.held_out, iteration=iteration, phase="eval",
+            sampling=self.cfg.dialogue.agent_eval, seed_iteration=0))
+        records = write_dialogues(self.run_dir / "dialogues" / f"eval_{iteration:04d}.jsonl", rollout, self.scenario)
+        row = await self.system.record_iteration(iteration, "eval", records, {
+            "policy_version": self.done.policy_version, "rollout_s": rollout.wall_s, "error_calls": rollout.errors})
+        log.info("held-out evaluation after iteration %d: CR %.2f over %d calls", iteration, row["cr"] or 0.0,
+                 len(records))
+        return row
+
+    # -- one iteration, the run
+
+    async def iteration(self, iteration: int) -> dict:
+        t0 = time.perf_counter()
+        await self.system.rescale()   # `user.engines: auto`: follow rollout nodes joining/leaving
+        profiles = await self.sample_profiles()
+        dialogues = await self.play_dialogues(iteration, profiles)
+        learning = await self.learn(iteration, dialogues)       # from here on the iteration completes
+        curriculum = await self.analyse_mistakes(iteration, dialogues)
+        self.done = TrainState(iteration, await self.system.controller_state(), learning.policy_version,
+                               learning.user.policy_version if learning.user else self.done.user_policy_version)
+        self.weights_ahead = False
+        return await self._log(iteration, dialogues, learning, curriculum, time.perf_counter() - t0)
+
+    async def run(self) -> None:
+        train = self.cfg.train
+        held_out = train.eval_every and self.held_out
+        if held_out and self.done.iteration == 0:
+            await self.evaluate_held_out(0)     # the untrained policy, the curve's first point
+        for iteration in range(self.done.iteration + 1, train.iterations + 1):
+            if self.stop_requested:
+                raise StopRequested
+            await self.iteration(iteration)
+            if held_out and (iteration % train.eval_every == 0 or iteration == train.iterations):
+                await self.evaluate_held_out(iteration)
+            if train.checkpoint_every and iteration % train.checkpoint_every == 0 or iteration == train.iterations:
+                self.save()
+
+    async def run_keeping_progress(self) -> bool:
+        """`run()`; on a stop request (returns True) or any failure (re-raised) the last completed
+        iteration is checkpointed first, so nothing done is lost."""
+        try:
+            await self.run()
+            return False
+        except (StopRequested, asyncio.CancelledError):
+            self.save(stopping=True)
+            return True
+        except Exception as failure:   # not KeyboardInterrupt: a second Ctrl-C means leave now
+            if self.weights_ahead:   # the weights no longer match the last completed iteration
+                log.error("the failure came after a GRPO step of an unfinished iteration: no checkpoint written; "
+                          "resume from the last one (iteration %d)", self.saved_iteration)
+                raise
+            if isinstance(failure, (TrainerError, CheckpointError)):   # saving needs the trainer that just failed
+                log.error("the trainer or its checkpoint failed: no checkpoint written; resume from the last one "
+                          "(iteration %d)", self.saved_iteration)
+                raise
+            try:
+                self.save()
+            except Exception as exc:   # e.g. the trainer itself is what failed: report the first error
+                log.error("could not checkpoint iteration %d after the failure: %r", self.done.iteration, exc)
+            raise
+
+    def save(self, stopping: bool = False) -> None:
+        """Checkpoint the last completed iteration (if not saved yet). `stopping`: not when the run's last save
+        took longer than train.stop_save_max_s and a checkpoint exists (the stop must end in time)."""
+        if self.done.iteration <= self.saved_iteration:
+            return
+        limit = self.cfg.train.stop_save_max_s
+        if stopping and self.saved_iteration and self.last_save_s is not None and self.last_save_s > limit:
+            log.warning("stopping without a checkpoint of iteration %d: the last save took %.0f s (train.stop_save_max_s "
+                        "= %.0f); a resume continues after iteration %d", self.done.iteration, self.last_save_s, limit,
+                        self.saved_iteration)
+            return
+        t0 = time.perf_counter()
+        save_checkpoint(self.system.save_weights, self.run_dir, self.done, self.cfg.train.keep_checkpoints)
+        self.saved_iteration, self.last_save_s = self.done.iteration, time.perf_counter() - t0
+
+    async def _log(self, iteration: int, dialogues: Dialogues, learning: Learning, curriculum: dict,
+                   seconds: float) -> dict:
+        rollout, step = dialogues.rollout, learning.step
+        extra = {"dialogues_per_s": rollout.dialogues_per_s, "agent_tokens_per_s": rollout.agent_tokens_per_s,
+                 "rollout_s": rollout.wall_s, "reward_mean": sum(learning.rewards) / max(1, len(learning.rewards)),
+                 "policy_version": learning.policy_version, "sync_s": learning.sync.total_s, "sync_mb": learning.sync.mb,
+                 "user_engines": self.system.user_engines, "iteration_s": seconds,
+                 "error_calls": rollout.errors, "error_replays": rollout.replays,
+                 # how often the simulator's rules corrected it (sead_ray/scenario/guards.py)
+                 "user_step_clamps": sum(t.user_step_clamps for t in rollout.trajectories),
+                 "user_status_overrides": sum(t.user_status_overrides for t in rollout.trajectories),
+                 **{f"train_{k}": v for k, v in step.to_json().items()}}
+        if learning.user is not None:
+            extra.update({"user_policy_version": learning.user.policy_version, "user_sync_s": learning.user.sync.total_s,
+                          "user_reward_mean": sum(learning.user.rewards) / max(1, len(learning.user.rewards)),
+                          **{f"user_train_{k}": v for k, v in learning.user.step.to_json().items()}})
+        row = await self.system.record_iteration(iteration, "train", dialogues.records, extra, curriculum)
+        log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %s, %.0f s", iteration,
+                 self.cfg.train.iterations, row["cr"] or 0.0, extra["reward_mean"], step.loss,
+                 "-" if step.skipped else f"{step.logprob_mismatch_mean:.2e}", seconds)
+        return row
+
+    async def _unless_stopped(self, coro):
+        """Run phase 2, cancelling it when a stop was requested (the iteration is then discarded)."""
+        task = asyncio.ensure_future(coro)
+        while not task.done():
+            await asyncio.wait([task], timeout=0.5)
+            if self.stop_requested and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                raise StopRequested
+        return task.result()
