@@ -50,8 +50,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # From the distribution's packages, where this machine allows it (root with apt-get: CI), in one apt-get run:
-# Prometheus for the monitoring test (tests/test_monitoring.py; elsewhere it reports itself skipped, with the
-# reason) and Chromium for the browser test of `sead-ray view` (tests/test_view.py; Playwright drives
+# Prometheus for the monitoring test (tests/system/test_monitoring.py; elsewhere it reports itself skipped, with the
+# reason) and Chromium for the browser test of `sead-ray view` (tests/system/test_view.py; Playwright drives
 # /usr/bin/chromium, its own browser download is not used; elsewhere that test fails and says how to install it).
 SYSTEM_PACKAGES := prometheus chromium
 system-packages:

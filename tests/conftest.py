@@ -41,7 +41,7 @@ def smollm_tokenizer():
 # gradient checkpointing on (the sampling temperature stays the demo's 0.7: tempered logprobs), engines
 # not pinned to cores (several share each core here; unpinned, an engine starts one process fewer).
 # train.skip_no_signal_steps off: the tiny models' calls often give no reward differences, and the tests
-# follow every step's weights to the engines (the skip itself: tests/test_loop.py)
+# follow every step's weights to the engines (the skip itself: tests/unit/training/test_loop.py)
 TEST_SETTING = ["curriculum.user_set=''", "train.rollouts_per_profile=1", "train.advantage_mode=batch_mean",
                 "train.gradient_checkpointing=true", "train.eval_every=0", "engine.cpu_bind=nobind",
                 "train.skip_no_signal_steps=false"]
@@ -96,7 +96,7 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 # One small real training run made once per session, for the tests that read a finished run
-# (tests/test_resume.py compares a killed and resumed run with it; tests/test_view.py serves it): 4
+# (tests/system/test_resume.py compares a killed and resumed run with it; tests/system/test_view.py serves it): 4
 # iterations of 4 calls, a checkpoint each, held-out evaluations at 0, 2 and 4; the prefill hands every
 # turn a state estimate (the reply after it is the tiny model's own), as a trained agent's turns carry.
 FINISHED_RUN_PREFILL = '{"estimate": {"cooperation": 3, "emotion": 2, "trust": 1}, "reply": "Hello, '
@@ -146,7 +146,7 @@ def prometheus(tmp_path_factory) -> Iterator[Optional[str]]:
 
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory, prometheus) -> FinishedRun:
-    """Also the run tests/test_monitoring.py finds in Prometheus: the dashboard on (Ray's metrics export and
+    """Also the run tests/system/test_monitoring.py finds in Prometheus: the dashboard on (Ray's metrics export and
     service discovery), and Ray's workers reporting every second (default 10 s) so that a short run is scraped."""
     work = tmp_path_factory.mktemp("finished")
     env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}

@@ -2,7 +2,7 @@
 `ray.cluster_utils.Cluster`): with `user.engines: auto` the user-simulator pool grows onto a
 rollout node that joins and drops the engines of a node that leaves, between iterations.
 
-Runs in its own process (it owns its Ray cluster); prints one JSON line that tests/test_elastic_pool.py
+Runs in its own process (it owns its Ray cluster); prints one JSON line that tests/system/test_elastic_pool.py
 checks. The simulators use the `rule` back-end: the check is about placement, not about engines.
 """
 from __future__ import annotations

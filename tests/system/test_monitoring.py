@@ -86,7 +86,7 @@ def test_monitor_without_prometheus_says_how_to_get_it(tmp_path):
 
 
 # A Ray session with the dashboard on (its service discovery is what Prometheus follows) in which the stats
-# actor records the hand-made calls of tests/test_metrics.py (successes and estimates), then waits to be
+# actor records the hand-made calls of tests/unit/evaluation/test_metrics.py (successes and estimates), then waits to be
 # scraped (SIGTERM from the test ends it and its local cluster).
 RECORD_HAND_CALLS = """
 import sys, time
@@ -94,7 +94,7 @@ import ray
 from actors.stats import StatsActor
 from sead_ray.scenario.scenario import load_scenario
 from tests.conftest import SCENARIO
-from tests.test_metrics import HAND
+from tests.unit.evaluation.test_metrics import HAND
 ray.init(num_cpus=1, include_dashboard=True)
 stats = StatsActor.remote(sys.argv[1], load_scenario(SCENARIO).schema)
 ray.get(stats.record_iteration.remote(1, "eval", HAND, {}))

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from tests.conftest import EMBEDDED_CONFIG, ROOT
-from tests.test_metrics import HAND
+from tests.unit.evaluation.test_metrics import HAND
 
 
 def sead(*args, check=False):

@@ -13,7 +13,7 @@ import yaml
 
 from sead_ray.cli.main import main
 from tests.conftest import EMBEDDED_CONFIG, SCENARIO
-from tests.test_metrics import HAND
+from tests.unit.evaluation.test_metrics import HAND
 
 NOT_UTF8 = b"\xff\xfe\x00not utf-8\n"
 RULE = ("--set", "user.backend=rule")

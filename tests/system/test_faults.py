@@ -2,8 +2,8 @@
 ZeRO-1 on 2 CPU workers, so that one rank can be killed): roles are killed mid-iteration and the run must go
 on, or fail keeping its last completed iteration and resume from it. Each assertion says what would have been lost.
 
-The driver SIGKILL case is tests/test_resume.py; a user engine killed in a pool of one is
-tests/test_rollout.py (last test); a rank that raises is tests/test_trainer.py (last test)."""
+The driver SIGKILL case is tests/system/test_resume.py; a user engine killed in a pool of one is
+tests/system/test_rollout.py (last test); a rank that raises is tests/system/test_trainer.py (last test)."""
 import asyncio
 import json
 import os

@@ -250,7 +250,7 @@ def test_a_stop_keeps_the_last_checkpoint_when_a_save_would_outlast_it(scenario,
 
 def test_simulator_samples_train_only_the_simulators_tokens():
     """user.train: the simulator's samples mask all but its own sampled tokens (the end-to-end run that
-    trains the simulator is tests/test_job_submit.py)."""
+    trains the simulator is tests/system/test_job_submit.py)."""
     from sead_ray.play.dialogue import Trajectory
     from sead_ray.scenario.profiles import Profile
     turn = UserTurnOutput("hi", (1,), "continue", True, prompt_ids=[5, 6, 7], token_ids=[8, 9], logprobs=[-0.5, -0.25])

@@ -95,7 +95,7 @@ def _layer(module: str) -> int:
     """The layer of the package `module` is in (or is: `sead_ray` itself, a top-level package)."""
     parts = module.split(".")
     package = ".".join(parts[:2]) if parts[0] == "sead_ray" and len(parts) > 1 else parts[0]
-    assert package in LAYER_OF, f"{module}: its package {package} is in no layer of tests/test_layout.py: place it"
+    assert package in LAYER_OF, f"{module}: its package {package} is in no layer of tests/unit/test_layout.py: place it"
     return LAYER_OF[package]
 
 

@@ -11,7 +11,7 @@ from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import UserRequest
 from sead_ray.user.rule_user import RuleUserSimulator
 from tests.conftest import ROOT, SCENARIO
-from tests.test_scenario import _base, _write
+from tests.unit.scenario.test_scenario import _base, _write
 
 CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"
 COST = "Asks if a deposit is required"                       # raises the `cost` concern

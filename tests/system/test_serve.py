@@ -161,7 +161,7 @@ def test_the_served_agent_plays_compare_as_an_endpoint(served_agent, tmp_path):
     assert missing.returncode == 2 and "SEAD_RAY_API_KEY" in missing.stderr and "Traceback" not in missing.stderr
 
     # beside the served agent, two scripted agents of the adversarial battery (no engine; local agents in
-    # compare: tests/test_ablate.py)
+    # compare: tests/system/test_ablate.py)
     proc = _cli("compare", "--config", str(EMBEDDED_CONFIG), *SETTINGS, "--agents", agent, "script:honest",
                 "script:open_loop_facts", "--n", "3", "--seed", "1", "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr[-3000:]

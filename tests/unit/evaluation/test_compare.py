@@ -6,7 +6,7 @@ import pytest
 
 from sead_ray.evaluation.compare import ROW_KEYS, agent_dir_name, agent_labels, compare_rows, upa_parts, write_compare
 from sead_ray.evaluation.metrics import DEFAULT_DIMENSIONS, compute_metrics
-from tests.test_metrics import HAND, st, turn
+from tests.unit.evaluation.test_metrics import HAND, st, turn
 
 
 def call(profile, outcome, end_reason=None, turns=None, group=None, user_set=None):

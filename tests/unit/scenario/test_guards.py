@@ -7,8 +7,8 @@ from sead_ray.scenario.guards import StatusGuard, enforce_simulator_rules
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import UserTurnOutput
-from tests.test_dialogue import GOOD, play, scripted_agent
-from tests.test_scenario import _base, _write
+from tests.unit.play.test_dialogue import GOOD, play, scripted_agent
+from tests.unit.scenario.test_scenario import _base, _write
 
 
 def test_a_dimension_moves_at_most_max_step_levels_per_turn(schema):

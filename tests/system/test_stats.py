@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from tests.test_metrics import HAND
+from tests.unit.evaluation.test_metrics import HAND
 
 pytestmark = pytest.mark.slow
 
