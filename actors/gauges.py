@@ -1,5 +1,5 @@
 """Ray custom metrics of the roles: Gauges named `sead_<name>` (Prometheus shows them as
-`ray_sead_<name>`; the names and units are listed in the README's "Monitoring" section and used by the
+`ray_sead_<name>`; the names and units are listed in docs/cluster.md's "Monitoring" section and used by the
 Grafana dashboard, sead_ray/ops/dashboard.py)."""
 from __future__ import annotations
 

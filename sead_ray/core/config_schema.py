@@ -163,7 +163,7 @@ class PlacementConfig:
     trainer: RoleResources = option(RoleResources(cpus=0.5))
     timeout_s: float = option(60.0, 1.0, 86400.0, "fail fast when placement cannot be satisfied")
     colocate: bool = option(False, doc="CPU only: the engines sleep while the trainer steps (the sequencing of "
-                            "GPU colocation, which is not supported yet: README, On a Ray cluster)")
+                            "GPU colocation, which is not supported yet: docs/cluster.md)")
     gpu_memory_gib: float = option(0.0, 0.0, 4096.0, "memory of one GPU in GiB as torch reports it (A100 80 GB: 79.2, "
                                "A100 40 GB: 39.4, H100 80 GB: 79.1); 0 = this machine's GPU where it has one. "
                                "`sead-ray plan` refuses a config that does not fit it")

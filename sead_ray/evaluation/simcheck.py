@@ -7,7 +7,7 @@ down the grades (`monotone`); one that ignores the agent copies its previous sta
 Every text comes from the scenario or is generic English, so any domain works. Pure logic: the simulator
 is an async `respond` callable (the rule simulator directly, or the Ray pool, started lazily).
 
-`--adversarial` adds the battery (`run_battery`): whole calls of every scripted class of battery.py against
+`--adversarial` adds the battery (`run_battery`): whole calls of every scripted class of scripted.py against
 each user set, each class's accept rate against the honest agent's, and the verdict `adversarial_ok`.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def scripted_turn(scenario: Scenario, grade: str, previous_reply: str) -> str:
 
 @dataclass(frozen=True)
 class Rules:
-    """What run_dialogue applies to every simulator output (sim_rules.py)."""
+    """What run_dialogue applies to every simulator output (guards.py)."""
     max_step: int = 1
     status_guards: Optional[Mapping[str, StatusGuard]] = None
     retries: int = 2
@@ -246,7 +246,7 @@ def battery_verdict(honest: float, rates: Mapping[str, float]) -> list[str]:
 
 async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond, *,
                       max_turns: int, rules: Rules = Rules(), seed: int = 0) -> dict:
-    """Every script class (battery.py) on every profile of each user set; per set the honest agent's accept
+    """Every script class (scripted.py) on every profile of each user set; per set the honest agent's accept
     rate, each class's, their 95 % intervals, the classes over the bar and the set's verdict."""
     names = (HONEST, *CLASSES)
     jobs = {(set_name, name, i): _play_script(scenario, name, p, respond, rules, max_turns,

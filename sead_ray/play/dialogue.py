@@ -109,7 +109,7 @@ class Trajectory:
 
 def apply_simulator_rules(schema: StateSchema, status_guards: Optional[dict], profile: Profile, turn_index: int,
                           state: State, reply: UserTurnOutput, max_step: int) -> RuledTurn:
-    """The simulator's proposed state and status under its rules (sim_rules.py). On the first turn of a
+    """The simulator's proposed state and status under its rules (guards.py). On the first turn of a
     free-form profile (w/o profile sampling) no state was given, so there is no step to limit."""
     chose_own_start = profile.free_form and turn_index == 0
     return enforce_simulator_rules(schema, status_guards or {}, None if chose_own_start else state, reply.state,

@@ -11,7 +11,7 @@ Variants (the paper's Table 3):
 - train_urm  the simulator trained too, against the agent (symmetric self-play): a second trainer group
              runs GRPO on the simulator's turns with the opposite of the agent's outcome reward
              (`user.train`, which needs the LLM simulator). Two trainer groups need twice the
-             trainer resources (on the 2-core embedded default: one worker each, see the README).
+             trainer resources (on the 2-core embedded default: one worker each, see docs/results.md).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ domain. Kept apart from scenario.py so that the scenario loader stays about the 
 Everything here is data: the concerns a user raises (in several wordings, and which behaviours raise
 them), per fact the terms it affirms and denies (so that an answer can be told from a lie), who the caller
 is and what the offer is (the user asks until told), the words that ask for the decision, the scenario's
-own pressure/credential/payment patterns on top of the generic ones (speech.py), and the user's lines.
+own pressure/credential/payment patterns on top of the generic ones (lexicon.py), and the user's lines.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class Question:
 
 @dataclass(frozen=True)
 class FactSides:
-    """The terms one scenario fact affirms and denies, as the file writes them (read by speech.FactTerms)."""
+    """The terms one scenario fact affirms and denies, as the file writes them (read by lexicon.FactTerms)."""
     affirms: tuple[str, ...] = option((), one_or_many=True)
     denies: tuple[str, ...] = option((), one_or_many=True)
 
@@ -52,7 +52,7 @@ class RuleUserSpec:
     opening: str = option(nonempty=True)          # an honest first turn (simcheck's greeting and reference agent)
     ask: str = option(nonempty=True)              # asking for the decision, honestly
     decision_words: tuple[str, ...] = option(nonempty=True, one_or_many=True)
-    pressure: tuple[str, ...] = _phrases()        # the scenario's own patterns, beside speech.py's generic ones
+    pressure: tuple[str, ...] = _phrases()        # the scenario's own patterns, beside lexicon.py's generic ones
     credentials: tuple[str, ...] = _phrases()
     payment: tuple[str, ...] = _phrases()
     overclaims: tuple[str, ...] = _phrases()
@@ -119,7 +119,7 @@ def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collect
 
 
 def _fact_terms(sides: Sequence[FactSides], facts: Sequence[str], where: str) -> tuple[FactTerms, ...]:
-    """Each fact's terms as speech.py matches them (stemmed), each checked to occur in its fact's text."""
+    """Each fact's terms as lexicon.py matches them (stemmed), each checked to occur in its fact's text."""
     if len(sides) != len(facts):
         raise ConfigError(f"{where}: rule_user.facts must give, for each of the {len(facts)} agent.facts in "
                           "order, the terms it affirms and denies ({affirms: [...], denies: [...]})")

@@ -84,12 +84,12 @@ class Scenario:
     behaviors: list[Behavior]
     rules: list[ConsistencyRule] = field(default_factory=list)
     max_behaviors_per_category: int = 1
-    status_guards: dict[str, StatusGuard] = field(default_factory=dict)   # user.status_guards (sim_rules.py)
+    status_guards: dict[str, StatusGuard] = field(default_factory=dict)   # user.status_guards (guards.py)
     # The words prompts use for the two parties and the medium (every domain word comes from here).
     agent_title: str = "agent"       # how the user's side names the agent, e.g. "caller"
     user_title: str = "user"         # how the agent's side names the user, e.g. "owner"
     channel: str = "conversation"    # e.g. "phone call", "chat"
-    rule_user: Optional[RuleUserSpec] = None   # what the `rule` simulator knows of the domain (concerns.py)
+    rule_user: Optional[RuleUserSpec] = None   # what the `rule` simulator knows of the domain (rule_user_section.py)
     user_sets: dict[str, UserSet] = field(default_factory=dict)
     source: str = "<inline>"
 
@@ -181,7 +181,7 @@ class ScenarioFile:
     description: str = ""
     consistency: ConsistencySection = option(ConsistencySection())
     user_sets: dict[str, UserSetSection] = option({})
-    rule_user: Optional[RuleUserSpec] = None   # what the `rule` simulator knows of the domain (concerns.py)
+    rule_user: Optional[RuleUserSpec] = None   # what the `rule` simulator knows of the domain (rule_user_section.py)
 
 
 # --------------------------------------------------------------------------- loading

@@ -2,8 +2,8 @@
 service moves.
 
 It is the embedded demo's simulator (a 135M model cannot role-play a fair user, see README) and the
-fast simulator of tests. Everything it knows comes from the scenario's `rule_user` section (concerns.py);
-how it hears a turn is speech.py. A call goes as the paper's user plays it:
+fast simulator of tests. Everything it knows comes from the scenario's `rule_user` section (rule_user_section.py);
+how it hears a turn is lexicon.py. A call goes as the paper's user plays it:
 
 1. The user picks up; after the caller's first words it asks who is calling until told (a statement with
    "I"/"this is" and an identity term), then what the call is about until the offer is named.

@@ -189,3 +189,10 @@ def test_the_shm_file_is_rewritten_in_place_and_reads_as_safetensors_without_a_c
     finally:
         shared.close()
     assert not os.path.exists(shared.path)
+
+
+def test_every_transport_of_the_table_has_a_sender_and_no_sender_is_unlisted():
+    from actors.weights.sync import TRANSPORTS, VLLM_BACKENDS
+    from sead_ray.core.transports import WEIGHT_TRANSPORTS
+    assert set(TRANSPORTS) == set(WEIGHT_TRANSPORTS)
+    assert set(VLLM_BACKENDS) == {name for name in WEIGHT_TRANSPORTS if WEIGHT_TRANSPORTS.get(name).vllm_api}
