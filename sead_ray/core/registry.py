@@ -31,14 +31,11 @@ class Registry(Generic[T]):
     def get(self, name: str, where: str = "") -> T:
         if name not in self._items:
             raise ConfigError(f"{where + ': ' if where else ''}{self.key} = {name!r} names no registered {self.what}; "
-                              f"known: {', '.join(sorted(self._items))}")
+                              f"known: {', '.join(self.names())}")
         return self._items[name]
 
     def names(self) -> list[str]:
         return sorted(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
