@@ -1,4 +1,4 @@
-"""AgentPolicyActor: the agent's role on an engine actor (actors.engine_actor): replies with their exact
+"""AgentActor: the agent's role on an engine actor (actors.engine_actor): replies with their exact
 token ids, sampling logprobs and the policy version that produced them."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class ContextFullError(RuntimeError):
 
 
 @ray.remote
-class AgentPolicyActor(EngineActor):
+class AgentActor(EngineActor):
     def __init__(self, spec: EngineSpec, version: int = 0):
         super().__init__(spec, version)
         self.tokens_generated = 0

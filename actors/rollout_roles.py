@@ -16,10 +16,10 @@ from typing import Any, Optional
 
 import ray
 
-from actors.agent import AgentPolicyActor, AgentPool
+from actors.agent import AgentActor, AgentPool
 from actors.profile_controller import ProfileControllerActor
 from actors.stats import StatsActor
-from actors.user import UserSimActor, UserSimPool
+from actors.user import UserActor, UserPool
 from actors.vllm_engine import engine_spec_from_config
 from placement import (
     RolePlacement,
@@ -99,7 +99,7 @@ class RolloutRoles:
     cfg: SeadConfig
     scenario: Scenario
     agents: AgentPool
-    users: UserSimPool
+    users: UserPool
     stats: Any = None
     controller: Any = None
     tokenizer: Any = None
@@ -116,10 +116,14 @@ class RolloutRoles:
         spec.metrics_tags = {"run": self.run, "role": role, "engine": name}
         return spec
 
+    def pool(self, role: str) -> Any:
+        """The engine pool of `role` (agent, user)."""
+        return {"agent": self.agents, "user": self.users}[role]
+
     def health(self) -> dict[str, dict]:
         """Per role: engines alive, dead, and replaced so far (the gauges of StatsActor.record_roles)."""
-        return {role: {"alive": len(pool.alive), "dead": len(pool.dead), "restarts": self.restarts[role]}
-                for role, pool in (("agent", self.agents), ("user", self.users))}
+        return {role: {"alive": len(self.pool(role).alive), "dead": len(self.pool(role).dead),
+                       "restarts": self.restarts[role]} for role in ("agent", "user")}
 
     @property
     def agent(self) -> Any:
@@ -164,7 +168,7 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
 
     timeout = cfg.engine.request_timeout_s
     roles = RolloutRoles(cfg, scenario, AgentPool({}, max_restarts=cfg.agent.max_restarts, request_timeout_s=timeout),
-                         UserSimPool({}, max_restarts=cfg.user.max_restarts, request_timeout_s=timeout),
+                         UserPool({}, max_restarts=cfg.user.max_restarts, request_timeout_s=timeout),
                          plan=plan, user_path=user_path, run=Path(run_dir).name if run_dir else "", agent_path=agent_path)
     roles.users.restart_fn = partial(restart_engine, roles, "user")
     roles.agents.restart_fn = partial(restart_engine, roles, "agent")
@@ -174,21 +178,21 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     log.info("starting %d engine(s): agent %s x %d; user simulator %s x %d", n_agent + (n_user if user_path else 0),
              agent_model, n_agent, cfg.models.user if user_path else "rule", n_user)
     async def engines() -> list:
-        started = await asyncio.gather(*(start_engine(cfg, a) for a in agents), *(start_engine(cfg, u) for _, u in users))
+        started = await asyncio.gather(*(start_engine(cfg, a) for a in [*agents, *users]))
         log.info("engines ready in %.0f s", time.perf_counter() - t0)
         return started
-    side = beside(roles, agents, [u for _, u in users]) if beside is not None else asyncio.sleep(0)
+    side = beside(roles, agents, users) if beside is not None else asyncio.sleep(0)
     started, side_result = await asyncio.gather(engines(), side, return_exceptions=True)
     for outcome in (started, side_result):
         if isinstance(outcome, BaseException):
-            for handle in [*agents, *(u for _, u in users)]:   # nothing of this start-up outlives it
+            for handle in [*agents, *users]:   # nothing of this start-up outlives it
                 ray.kill(handle, no_restart=True)
             remove_placement_groups(plan)
             raise outcome
     for index, (actor, info) in enumerate(zip(agents, started[:n_agent])):
-        roles.agents.add(f"agent-{index}", actor, {**info, "placement_index": index})
-    for index, ((name, actor), info) in enumerate(zip(users, started[n_agent:])):
-        roles.users.add(name, actor, {**info, "placement_index": index})
+        roles.agents.add(engine_name("agent", index), actor, {**info, "placement_index": index})
+    for index, (actor, info) in enumerate(zip(users, started[n_agent:])):
+        roles.users.add(engine_name("user", index), actor, {**info, "placement_index": index})
     roles.startup = {"user": started[n_agent:]}     # and "agent": its engine's, script's or endpoint's
     if script:
         roles.agent_endpoint = ScriptAgent(scenario, script)
@@ -255,30 +259,36 @@ async def start_engine(cfg: SeadConfig, actor: Any) -> dict:
                            "(a model load that hangs, or no memory for its KV cache)") from None
 
 
+def engine_name(role: str, index: int) -> str:
+    """The name of `role`'s engine actor in bundle `index` of its placement group (agent-0, user-1, ...)."""
+    return f"{role}-{index}"
+
+
 def launch_agent(roles: RolloutRoles, index: int) -> Any:
     """Create (not yet start) the agent engine actor in bundle `index` of the agent role."""
     spec = roles.engine_spec("agent", roles.agent_path, roles.cfg.seed + 1000 * index,
-                             _engine_bind(roles.cfg, index), f"agent-{index}")
-    return AgentPolicyActor.options(**actor_options(roles.plan, "agent", index)).remote(spec)
+                             _engine_bind(roles.cfg, index), engine_name("agent", index))
+    return AgentActor.options(**actor_options(roles.plan, "agent", index)).remote(spec)
 
 
-def launch_user(roles: RolloutRoles, index: int) -> tuple[str, Any]:
+def launch_user(roles: RolloutRoles, index: int) -> Any:
     """Create (not yet start) the user simulator actor in bundle `index` of the user role."""
-    cfg = roles.cfg
-    name = f"user-sim-{index}"
+    cfg, name = roles.cfg, engine_name("user", index)
     spec = (roles.engine_spec("user", roles.user_path, cfg.seed + 1 + index,
                               _engine_bind(cfg, cfg.agent.engines + index), name)
             if roles.user_path else None)
-    actor = UserSimActor.options(max_concurrency=1000, **actor_options(roles.plan, "user", index)).remote(
+    return UserActor.options(max_concurrency=1000, **actor_options(roles.plan, "user", index)).remote(
         name, roles.scenario, cfg.user, cfg.dialogue.user.as_params(), spec=spec,
         reply_max_chars=cfg.dialogue.user_reply_max_chars)
-    return name, actor
+
+
+LAUNCH = {"agent": launch_agent, "user": launch_user}
 
 
 async def restart_engine(roles: RolloutRoles, role: str, name: str) -> tuple[Any, dict]:
     """A dead engine's replacement (role `agent` or `user`), started in the same bundle of its placement
     group with the model on disk (a trained role brings it to its current weights: TrainedRole.restart)."""
-    pool, launch = (roles.agents, launch_agent) if role == "agent" else (roles.users, lambda r, i: launch_user(r, i)[1])
+    pool, launch = roles.pool(role), LAUNCH[role]
     index = pool.info[name]["placement_index"]
     ray.kill(pool.actors[name], no_restart=True)   # dead already, or alive with a dead engine
     actor = launch(roles, index)
@@ -324,7 +334,7 @@ async def rescale_user_pool(roles: RolloutRoles, timeout_s: float = 60.0) -> Opt
                         "placed within %.0f s (free: %s); keeping %d engine(s)", target, timeout_s, free_resources(),
                         len(pool.actors))
             break
-        name, actor = launch_user(roles, index)
+        name, actor = engine_name("user", index), launch_user(roles, index)
         try:
             info = await start_engine(roles.cfg, actor)
         except Exception as exc:

@@ -27,6 +27,7 @@ from actors.routing import StickyRouter, actor_death_errors
 from placement import actor_options
 from sead_ray.core.config import ConfigError, SeadConfig
 from sead_ray.core.models import resolve_model
+from sead_ray.core.roles import ROLES, trained_roles
 from sead_ray.play.rollout import RolloutEndpoints
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
@@ -97,12 +98,11 @@ class TrainingSystem:
     here: the profile controller continues from the state its last call returned; an engine of a
     trained role, by its TrainedRole."""
 
-    def __init__(self, roles: RolloutRoles, trainer: Any, user_trainer: Any = None):
+    def __init__(self, roles: RolloutRoles, trainers: dict[str, Any]):
+        """`trainers`: one per trained role (core.roles.trained_roles), the agent's first."""
         self.roles = roles
-        self.trained = {"agent": TrainedRole("agent", roles.agents, trainer, partial(restart_engine, roles, "agent"))}
-        if user_trainer is not None:
-            self.trained["user"] = TrainedRole("user", roles.users, user_trainer,
-                                               partial(restart_engine, roles, "user"))
+        self.trained = {role: TrainedRole(role, roles.pool(role), trainer, partial(restart_engine, roles, role))
+                        for role, trainer in trainers.items()}
         self.last_controller_state: dict = {}  # the controller's state after its last call
 
     @classmethod
@@ -118,13 +118,13 @@ class TrainingSystem:
         if blind:
             raise ConfigError(f"the run directory {run_dir} is not visible on node(s) {', '.join(blind)}: put it on a "
                               "filesystem every node mounts at the same path (cluster.yaml mounts one at /shared)")
-        groups = 2 if cfg.user.train else 1
         trainers: dict[str, TrainerGroup] = {}
 
         async def start_trainers(roles: RolloutRoles, agents: list, users: list) -> None:
-            trainers["agent"] = TrainerGroup(cfg, str(resolve_model(agent_model)), run_dir, engines=agents)
-            if cfg.user.train:
-                trainers["user"] = TrainerGroup(cfg, roles.user_path, run_dir, engines=users, role="user")
+            models = {"agent": str(resolve_model(agent_model)), "user": roles.user_path}
+            engines = {"agent": agents, "user": users}
+            for role in trained_roles(cfg):
+                trainers[role] = TrainerGroup(cfg, models[role], run_dir, engines=engines[role], role=role)
             # side by side (each on its own workers); both ended before a failure is raised, so that the
             # caller stops a group that has finished starting, never one still starting
             outcomes = await asyncio.gather(*(asyncio.to_thread(t.start) for t in trainers.values()),
@@ -135,14 +135,14 @@ class TrainingSystem:
 
         try:
             roles = await start_rollout_roles(cfg, scenario, agent_model, run_dir, with_controller=True,
-                                              trainer_workers=groups * cfg.trainer.num_workers,
+                                              trainer_workers=len(trained_roles(cfg)) * cfg.trainer.num_workers,
                                               first_iteration=first_iteration, user_model=user_model,
                                               beside=start_trainers)
         except BaseException:
             for trainer in trainers.values():
                 await asyncio.to_thread(trainer.stop)
             raise
-        system = cls(roles, trainers["agent"], trainers.get("user"))
+        system = cls(roles, trainers)
         try:
             system.last_controller_state = await system._call_controller("state_dict")
         except BaseException:
@@ -199,17 +199,14 @@ class TrainingSystem:
     async def controller_state(self) -> dict:
         return self.last_controller_state
 
-    async def restore(self, checkpoint: Path, controller_state: dict, policy_version: int,
-                      user_policy_version: int = 0) -> None:
+    async def restore(self, checkpoint: Path, controller_state: dict, versions: dict[str, int]) -> None:
         """A resumed run: the controller's state, the optimizers', and the versions the engines serve."""
         await self._call_controller("load_state_dict", controller_state)
         self.last_controller_state = controller_state
-        for role, version in (("agent", policy_version), ("user", user_policy_version)):
-            if role in self.trained:
-                trained = self.trained[role]
-                await trained.pool.call_alive("set_version", version)
-                trained.version = version
-                await asyncio.to_thread(trained.trainer.load, checkpoint if role == "agent" else checkpoint / "user")
+        for role, trained in self.trained.items():
+            trained.version = versions.get(role, 0)
+            await trained.pool.call_alive("set_version", trained.version)
+            await asyncio.to_thread(trained.trainer.load, ROLES[role].checkpoint(checkpoint))
 
     # -- the trainers (their calls block: run in a thread, so the rollout's restarts and gauges go on)
 
@@ -238,9 +235,8 @@ class TrainingSystem:
         return list(self.trained)
 
     def save_weights(self, directory: Path) -> float:
-        """Each trained model's checkpoint: the agent's in `directory`, the simulator's in `directory/user`."""
-        return sum(t.trainer.save(directory if name == "agent" else directory / "user")
-                   for name, t in self.trained.items())
+        """Each trained model's checkpoint, in its role's folder of `directory` (core.roles)."""
+        return sum(t.trainer.save(ROLES[name].checkpoint(directory)) for name, t in self.trained.items())
 
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import ray
 
+from sead_ray.core.roles import ROLES
 from sead_ray.training.trainer_protocol import (
     CUDA_ALLOC_CONF,
     LoadRequest,
@@ -288,9 +289,8 @@ class TrainerGroup:
     """Driver-side handle: start the TorchTrainer once, then send it GRPO steps and sync requests."""
 
     def __init__(self, cfg: Any, model_path: str, run_dir: Path, engines: Sequence[Any] = (), role: str = "agent"):
-        self.cfg, self.role = cfg, role   # role `user`: the simulator's trainer (user.train)
+        self.cfg, self.role, self.run_dir = cfg, role, Path(run_dir).resolve()   # role: core.roles
         self.settings = TrainerSettings.from_config(cfg, model_path, role)
-        self.run_dir = Path(run_dir).resolve()
         self.engines = list(engines)     # the engines of the trained role: every weight version goes to them
         self.world = cfg.trainer.num_workers
         self.seq = 0
@@ -318,7 +318,7 @@ class TrainerGroup:
                                          resources_per_worker=worker_resources(cfg.placement.trainer),
                                          placement_strategy=cfg.placement.strategy),
             torch_config=TorchConfig(backend=backend),
-            run_config=RunConfig(name="trainer" if self.role == "agent" else "user_trainer",
+            run_config=RunConfig(name=f"{ROLES[self.role].metric_prefix}trainer",   # trainer, user_trainer
                                  storage_path=str((self.run_dir / "ray_train").resolve())),
         )
 

@@ -1,4 +1,4 @@
-"""UserSimActor (the user's role on an engine actor, actors.engine_actor: frozen, or trained with
+"""UserActor (the user's role on an engine actor, actors.engine_actor: frozen, or trained with
 user.train) and the pool router that spreads dialogues over them.
 
 The back-ends (sead_ray.user.simulators) behind one interface, `respond(UserRequest) -> UserTurnOutput`: one
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 @ray.remote
-class UserSimActor(EngineActor):
+class UserActor(EngineActor):
     def __init__(self, name: str, scenario: Scenario, user: Any, sampling: dict, *,
                  spec: Optional[EngineSpec] = None, reply_max_chars: int = 300, version: int = 0):
         backend = USER_BACKENDS.get(user.backend)
@@ -76,7 +76,7 @@ class UserSimActor(EngineActor):
         return {"name": self.name, "turns": self.turns, "version": self.version}
 
 
-class UserSimPool(StickyRouter):
+class UserPool(StickyRouter):
     """Routes each user turn to the least-loaded live engine and keeps a dialogue on one engine while
     it lives. If an engine dies, the turn is retried on another engine (the dialogue's state lives in
     the driver, so nothing is lost) and, given a `restart_fn`, a replacement starts in the dead

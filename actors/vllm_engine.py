@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from sead_ray.core.roles import trained_roles
 from sead_ray.core.transports import WEIGHT_TRANSPORTS
 
 # Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine.
@@ -299,7 +300,7 @@ class VLLMEngine:
 def takes_weights(cfg: Any, role: str) -> bool:
     """The engines of `role` take each new weight version from a trainer (the agent's; the simulator's with
     user.train)."""
-    return role == "agent" or cfg.user.train
+    return role in trained_roles(cfg)
 
 
 def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:

@@ -110,7 +110,7 @@ async def main(args) -> dict:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from actors.agent import AgentPolicyActor
+    from actors.agent import AgentActor
     from actors.vllm_engine import EngineSpec
     from actors.weights.sync import make_transport
     from sead_ray.core.models import resolve_model
@@ -132,7 +132,7 @@ async def main(args) -> dict:
         return ray.get(agent.generate.remote(prompt, temperature=0.0, top_p=1.0, max_tokens=8)).token_ids
 
     results: dict = {"model": args.model, "mb": mb, "transports": {}}
-    agent = AgentPolicyActor.options(num_cpus=0.5).remote(spec)
+    agent = AgentActor.options(num_cpus=0.5).remote(spec)
     t0 = time.perf_counter()
     ray.get(agent.start.remote())
     cold_start = time.perf_counter() - t0
@@ -169,7 +169,7 @@ async def main(args) -> dict:
                     (Path(tmp) / f.name).write_bytes(f.read_bytes())
             save_file(perturbed, str(Path(tmp) / "model.safetensors"))
             t1 = time.perf_counter()
-            fresh = AgentPolicyActor.options(num_cpus=0.5).remote(EngineSpec(tmp, kv_cache_mb=128, max_model_len=1024,
+            fresh = AgentActor.options(num_cpus=0.5).remote(EngineSpec(tmp, kv_cache_mb=128, max_model_len=1024,
                                                                              max_num_seqs=8, omp_threads_bind="nobind"))
             ray.get(fresh.start.remote())
             changed = greedy(fresh) != base

@@ -146,12 +146,12 @@ def cmd_simcheck(args) -> int:
 
     from sead_ray.evaluation.simcheck import (
         add_battery,
-        config_rules,
         in_process_respond,
         run_battery,
         run_simcheck,
         write_outputs,
     )
+    from sead_ray.play.dialogue import call_settings
 
     cfg, scenario = load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
@@ -161,15 +161,14 @@ def cmd_simcheck(args) -> int:
                           "'rule_user' section, and this scenario has none")
     profiles = profiles_by_user_set(cfg, scenario, args.user_sets, args.n, seed)
     sets = [s for s in profiles if s]
-    rules = config_rules(cfg, scenario)
+    rules = call_settings(cfg, scenario)
 
     async def check(respond) -> dict:
         result = await run_simcheck(scenario, profiles, respond, rules=rules, seed=seed,
                                     simulator=cfg.models.user if user_on_engine(cfg.user) else cfg.user.backend,
                                     by_set=bool(sets))
         if args.adversarial:
-            add_battery(result, await run_battery(scenario, profiles, respond, max_turns=cfg.dialogue.max_turns,
-                                                  rules=rules, seed=seed))
+            add_battery(result, await run_battery(scenario, profiles, respond, rules, seed=seed))
         return result
 
     if not user_on_engine(cfg.user):   # no Ray: the simulator is called in this process

@@ -98,17 +98,17 @@ class CurriculumConfig:
 
 
 @dataclass
-class RuleSimConfig:
+class RuleUserConfig:
     accept_phrase: str = option("", doc="planted preference: accept only after the agent says this")
     patience: int = option(6, 1, 100, "agent turns without progress before the rule user refuses")
 
 
 @dataclass
-class UserSimConfig:
+class UserConfig:
     backend: str = option("vllm", doc="the user simulator (sead_ray.user.simulators): vllm (the paper: an LLM on an "
                           "engine of models.user) or rule (the transparent CPU stand-in)")
     engines: Union[int, Literal["auto"]] = option(1, doc="engines in the pool, or auto (one per rollout unit)")
-    rule: RuleSimConfig = option(RuleSimConfig())
+    rule: RuleUserConfig = option(RuleUserConfig())
     tensor_parallel_size: int = option(1, 1, 64, "GPUs per user-simulator engine")
     max_restarts: int = option(3, 0, 1000, "restarts of each engine that dies (in its bundle, while calls wait)")
     max_step: int = option(1, 0, 100, "most levels a state dimension moves per turn (0 = unbounded)")
@@ -234,7 +234,7 @@ class SeadConfig:
     dialogue: DialogueConfig = option(DialogueConfig())
     train: TrainConfig = option(TrainConfig())
     curriculum: CurriculumConfig = option(CurriculumConfig())
-    user: UserSimConfig = option(UserSimConfig())
+    user: UserConfig = option(UserConfig())
     agent: AgentConfig = option(AgentConfig())
     engine: EngineConfig = option(EngineConfig())
     placement: PlacementConfig = option(PlacementConfig())

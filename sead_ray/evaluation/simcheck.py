@@ -21,8 +21,7 @@ from typing import Any, Optional
 
 from sead_ray.agent.scripted import CLASSES, HONEST, STRICT, ScriptAgent
 from sead_ray.evaluation.significance import wilson_interval
-from sead_ray.play.dialogue import apply_simulator_rules, run_dialogue
-from sead_ray.scenario.guards import StatusGuard
+from sead_ray.play.dialogue import CallSettings, apply_simulator_rules, run_dialogue
 from sead_ray.scenario.lexicon import content_words
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
@@ -67,14 +66,6 @@ def scripted_turn(scenario: Scenario, grade: str, previous_reply: str) -> str:
 
 
 @dataclass(frozen=True)
-class Rules:
-    """What run_dialogue applies to every simulator output (guards.py)."""
-    max_step: int = 1
-    status_guards: Optional[Mapping[str, StatusGuard]] = None
-    retries: int = 2
-
-
-@dataclass(frozen=True)
 class Probe:
     """One graded turn of one profile."""
     user_set: str
@@ -84,21 +75,20 @@ class Probe:
     delta: tuple[int, ...] = ()      # s2 - s1 per dimension
 
 
-async def _turn(respond: Respond, scenario: Scenario, rules: Rules, profile: Profile, did: str, previous: State,
+async def _turn(respond: Respond, scenario: Scenario, rules: CallSettings, profile: Profile, did: str, previous: State,
                 agent: list[str], user: list[str], seed: int) -> Optional[tuple[str, State, str]]:
     """One simulator turn with the dialogue's retries and rules; None when its output never parsed."""
     turn = len(agent) - 1
-    for attempt in range(rules.retries + 1):
+    for attempt in range(rules.user_retries + 1):
         out = await respond(UserRequest(did, turn, profile, list(agent), list(user),
                                         turn_seed(seed, turn, attempt), user_states=[previous] if user else []))
         if out.ok and out.state is not None:
-            ruled = apply_simulator_rules(scenario.schema, dict(rules.status_guards or {}), profile, turn, previous,
-                                          out, rules.max_step)
+            ruled = apply_simulator_rules(scenario.schema, rules, profile, turn, previous, out)
             return out.reply, ruled.state, ruled.status
     return None
 
 
-async def probe_profile(respond: Respond, scenario: Scenario, rules: Rules, profile: Profile, user_set: str,
+async def probe_profile(respond: Respond, scenario: Scenario, rules: CallSettings, profile: Profile, user_set: str,
                         did: str, seed: int) -> Optional[list[Probe]]:
     """Greeting once, then every grade from the same turn-1 state. None: the call ended at the greeting."""
     opening = greeting(scenario)
@@ -148,8 +138,9 @@ def _profile_seed(seed: int, set_index: int, index: int) -> int:
 
 
 async def run_simcheck(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond, *,
-                       rules: Rules = Rules(), seed: int = 0, simulator: str = "rule", by_set: bool = False) -> dict:
-    """`profiles`: user set -> profiles. Each profile gets its own seed, shared by all grades."""
+                       rules: CallSettings, seed: int = 0, simulator: str = "rule", by_set: bool = False) -> dict:
+    """`profiles`: user set -> profiles. Each profile gets its own seed, shared by all grades. `rules`: what the
+    calls apply to every simulator output (its max_turns is not used: a probe is two turns)."""
     jobs = [probe_profile(respond, scenario, rules, p, name, f"simcheck-{name or 'all'}-{i}", _profile_seed(seed, k, i))
             for k, (name, group) in enumerate(profiles.items()) for i, p in enumerate(group)]
     results = await asyncio.gather(*jobs)
@@ -208,11 +199,6 @@ def write_outputs(result: dict, schema: StateSchema, out_dir: Path) -> str:
     return text
 
 
-def config_rules(cfg: Any, scenario: Scenario) -> Rules:
-    guards = scenario.status_guards if cfg.user.status_guards else None
-    return Rules(cfg.user.max_step, guards, cfg.dialogue.user_retries)
-
-
 def in_process_respond(cfg: Any, scenario: Scenario) -> Respond:
     """The turns of a simulator that plays without an engine (user_on_engine false), called in this process."""
     from sead_ray.user.simulators import USER_BACKENDS
@@ -225,16 +211,14 @@ def in_process_respond(cfg: Any, scenario: Scenario) -> Respond:
 
 # -- the adversarial battery (`sead-ray simcheck --adversarial`) -----------------------------------------
 
-async def _play_script(scenario: Scenario, name: str, profile: Profile, respond: Respond, rules: Rules, max_turns: int,
+async def _play_script(scenario: Scenario, name: str, profile: Profile, respond: Respond, settings: CallSettings,
                        did: str, seed: int) -> str:
     """One call of a script class against the simulator; returns its end reason."""
     agent = ScriptAgent(scenario, name)
 
     async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: Any) -> Any:
         return await agent.generate(dialogue_id, prompt_ids, messages=messages)
-    traj = await run_dialogue(did, profile, scenario, agent_fn, respond, max_turns=max_turns, seed=seed,
-                              user_retries=rules.retries, max_step=rules.max_step,
-                              status_guards=dict(rules.status_guards or {}) or None)
+    traj = await run_dialogue(did, profile, scenario, agent_fn, respond, settings, seed=seed)
     return traj.end_reason
 
 
@@ -244,12 +228,12 @@ def battery_verdict(honest: float, rates: Mapping[str, float]) -> list[str]:
             for limit in [min(honest / 2, STRICT.get(name, 1.0))] if rate > limit]
 
 
-async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond, *,
-                      max_turns: int, rules: Rules = Rules(), seed: int = 0) -> dict:
+async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond,
+                      settings: CallSettings, *, seed: int = 0) -> dict:
     """Every script class (scripted.py) on every profile of each user set; per set the honest agent's accept
     rate, each class's, their 95 % intervals, the classes over the bar and the set's verdict."""
     names = (HONEST, *CLASSES)
-    jobs = {(set_name, name, i): _play_script(scenario, name, p, respond, rules, max_turns,
+    jobs = {(set_name, name, i): _play_script(scenario, name, p, respond, settings,
                                                 f"battery-{set_name or 'all'}-{name}-{i}", _profile_seed(seed, k, i))
             for k, (set_name, group) in enumerate(profiles.items()) for name in names for i, p in enumerate(group)}
     ends = dict(zip(jobs, await asyncio.gather(*jobs.values())))

@@ -8,11 +8,12 @@ agent's prompt unless the training-only `privileged_user_view` option is on.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from sead_ray.agent.prompt import agent_messages, parse_agent_output, user_message_for_agent
-from sead_ray.scenario.guards import RuledTurn, enforce_simulator_rules
+from sead_ray.scenario.guards import RuledTurn, StatusGuard, enforce_simulator_rules
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State, StateSchema
@@ -24,6 +25,25 @@ from sead_ray.scenario.turn_protocol import (
     UserTurnOutput,
     turn_seed,
 )
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """How a call is played, the same for every call of a run: built once from the config (`call_settings`)."""
+    max_turns: int                         # T_max: agent turns before the call times out
+    user_retries: int = 2                  # simulator outputs that do not parse, asked again before the call errs
+    max_step: int = 0                      # most levels a state dimension moves per user turn (0 = unbounded)
+    status_guards: Optional[Mapping[str, StatusGuard]] = None   # the scenario's, with user.status_guards
+    privileged_user_view: bool = False     # w/o the information gap (ablation): the agent sees the user's state
+    agent_prefill: str = ""                # the start of every agent turn, written for the model (token agents)
+
+
+def call_settings(cfg: Any, scenario: Scenario, *, privileged_user_view: bool = False,
+                  agent_prefill: str = "") -> CallSettings:
+    """The config's call settings (dialogue.*, user.max_step, user.status_guards)."""
+    return CallSettings(cfg.dialogue.max_turns, cfg.dialogue.user_retries, cfg.user.max_step,
+                        scenario.status_guards if cfg.user.status_guards else None, privileged_user_view,
+                        agent_prefill)
 
 
 @dataclass
@@ -107,34 +127,21 @@ class Trajectory:
         }
 
 
-def apply_simulator_rules(schema: StateSchema, status_guards: Optional[dict], profile: Profile, turn_index: int,
-                          state: State, reply: UserTurnOutput, max_step: int) -> RuledTurn:
+def apply_simulator_rules(schema: StateSchema, settings: CallSettings, profile: Profile, turn_index: int,
+                          state: State, reply: UserTurnOutput) -> RuledTurn:
     """The simulator's proposed state and status under its rules (guards.py). On the first turn of a
     free-form profile (w/o profile sampling) no state was given, so there is no step to limit."""
     chose_own_start = profile.free_form and turn_index == 0
-    return enforce_simulator_rules(schema, status_guards or {}, None if chose_own_start else state, reply.state,
-                                   reply.status, max_step)
+    return enforce_simulator_rules(schema, dict(settings.status_guards or {}), None if chose_own_start else state,
+                                   reply.state, reply.status, settings.max_step)
 
 
-async def run_dialogue(
-    dialogue_id: str,
-    profile: Profile,
-    scenario: Scenario,
-    agent: AgentFn,
-    user: UserFn,
-    *,
-    max_turns: int,
-    seed: int = 0,
-    user_retries: int = 2,
-    encoder: Optional[ChatEncoder] = None,
-    privileged_user_view: bool = False,
-    agent_prefill: str = "",
-    max_step: int = 0,
-    status_guards: Optional[dict] = None,
-) -> Trajectory:
+async def run_dialogue(dialogue_id: str, profile: Profile, scenario: Scenario, agent: AgentFn, user: UserFn,
+                       settings: CallSettings, *, seed: int = 0, encoder: Optional[ChatEncoder] = None) -> Trajectory:
     """Play one call to its end. Never raises on model output; back-end failures end the dialogue
     with end_reason 'error' and keep the turns played so far."""
     schema = scenario.schema
+    max_turns, privileged_user_view = settings.max_turns, settings.privileged_user_view
     started = time.perf_counter()
     turns: list[Turn] = []
     agent_raw: list[str] = []
@@ -166,7 +173,7 @@ async def run_dialogue(
         traj.agent_seconds += time.perf_counter() - t0
         if encoder is not None:
             encoder.add_generation(list(out.token_ids), list(out.logprobs))
-        raw = agent_prefill + out.text   # the turn as the agent's context holds it
+        raw = settings.agent_prefill + out.text   # the turn as the agent's context holds it
         parsed = parse_agent_output(raw, schema)
         agent_raw.append(raw)
         agent_spoken.append(parsed.reply or "...")
@@ -176,7 +183,7 @@ async def run_dialogue(
 
         reply = None
         t0 = time.perf_counter()
-        for attempt in range(user_retries + 1):
+        for attempt in range(settings.user_retries + 1):
             request = UserRequest(dialogue_id, turn_index, profile, list(agent_spoken), list(user_spoken),
                                   seed=turn_seed(seed, turn_index, attempt), user_states=list(seen_states))
             try:
@@ -190,11 +197,11 @@ async def run_dialogue(
         traj.user_seconds += time.perf_counter() - t0
         if reply is None or not reply.ok or reply.state is None:
             turn.user_parse_ok = False
-            return finish("error", f"simulator output did not parse after {user_retries + 1} tries: "
+            return finish("error", f"simulator output did not parse after {settings.user_retries + 1} tries: "
                                    f"{reply.error if reply else 'no reply'}")
         if reply.token_ids:
             traj.user_turns.append(reply)
-        ruled = apply_simulator_rules(schema, status_guards, profile, turn_index, state, reply, max_step)
+        ruled = apply_simulator_rules(schema, settings, profile, turn_index, state, reply)
         traj.user_step_clamps += ruled.clamped_dimensions
         traj.user_status_overrides += ruled.status_override is not None
         state = ruled.state

@@ -19,7 +19,7 @@ from sead_ray.agent.prompt import agent_messages
 from sead_ray.agent.token_context import IncrementalChatEncoder
 from sead_ray.core.config_schema import SamplingConfig, SeadConfig
 from sead_ray.core.jsonl import write_jsonl
-from sead_ray.play.dialogue import Trajectory, run_dialogue
+from sead_ray.play.dialogue import Trajectory, call_settings, run_dialogue
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserRequest, UserTurnOutput, turn_seed
@@ -135,7 +135,8 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
     params = sampling.as_params()
     prefix = agent_messages(scenario, [], [])
     # An endpoint agent has no token ids and no prefill: it gets chat messages and answers whole.
-    prefill = cfg.dialogue.agent_prefill if endpoints.tokenizer is not None else ""
+    settings = call_settings(cfg, scenario, privileged_user_view=privileged_user_view,
+                             agent_prefill=cfg.dialogue.agent_prefill if endpoints.tokenizer is not None else "")
     progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
 
     async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
@@ -162,13 +163,9 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
                 request_id=f"{dialogue_id}-a{turn}", **params)
 
         try:
-            traj = await run_dialogue(did, profile, scenario, agent_fn, endpoints.users.respond,
-                                      max_turns=cfg.dialogue.max_turns, seed=seed, user_retries=cfg.dialogue.user_retries,
-                                      encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix, prefill)
-                                      if endpoints.tokenizer is not None else None,
-                                      privileged_user_view=privileged_user_view, agent_prefill=prefill,
-                                      max_step=cfg.user.max_step,
-                                      status_guards=scenario.status_guards if cfg.user.status_guards else None)
+            traj = await run_dialogue(did, profile, scenario, agent_fn, endpoints.users.respond, settings, seed=seed,
+                                      encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix, settings.agent_prefill)
+                                      if endpoints.tokenizer is not None else None)
         finally:
             endpoints.agent.release(did)
             endpoints.users.release(did)

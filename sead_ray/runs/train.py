@@ -12,6 +12,7 @@ from typing import Optional
 from sead_ray.core.config import ConfigError, SeadConfig, config_to_dict, dump_config, load_config
 from sead_ray.core.jsonl import write_jsonl
 from sead_ray.core.models import resolve_model
+from sead_ray.core.roles import ROLES
 from sead_ray.curriculum.controller import ProfileController
 from sead_ray.runs.cluster import connect
 from sead_ray.scenario.profiles import Profile, read_profiles
@@ -77,14 +78,14 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     run_dir.mkdir(parents=True, exist_ok=True)
     if checkpoint is not None:
         start = load_train_state(checkpoint)
-        agent_model = str(checkpoint / "hf")
+        agent_model = str(ROLES["agent"].checkpoint(checkpoint) / "hf")
         log.info("resuming %s after iteration %d (policy version %d) from %s", run_dir, start.iteration,
-                 start.policy_version, checkpoint)
+                 start.version("agent"), checkpoint)
     else:
         if resume:
             log.info("no checkpoint in %s yet: starting from the beginning", run_dir)
         agent_model = str(resolve_model(cfg.models.agent))
-        start = TrainState(0, ProfileController(scenario, cfg.curriculum, cfg.seed).state_dict(), 0)
+        start = TrainState(0, ProfileController(scenario, cfg.curriculum, cfg.seed).state_dict())
     truncate_metrics(run_dir / "metrics.jsonl", start.iteration)
     dump_config(cfg, run_dir / "config.yaml")
     summary: dict = {"run_dir": str(run_dir), "tensorboard": str(run_dir / "tensorboard"),
@@ -96,7 +97,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     connect(cfg)   # (nothing above needs Ray: a finished run answers without starting it)
     held_out = held_out_profiles(cfg, scenario, run_dir) if cfg.train.eval_every else []
     # user.train: the simulator resumes from its own weights in the checkpoint
-    user_model = str(checkpoint / "user" / "hf") if checkpoint is not None and cfg.user.train else None
+    user_model = str(ROLES["user"].checkpoint(checkpoint) / "hf") if checkpoint is not None and cfg.user.train else None
     system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir, first_iteration=start.iteration + 1,
                                         user_model=user_model)
     loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None, held_out=held_out)
@@ -113,7 +114,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     t_run = time.perf_counter()
     try:
         if checkpoint is not None:
-            await system.restore(checkpoint, start.controller, start.policy_version, start.user_policy_version)
+            await system.restore(checkpoint, start.controller, start.versions)
         summary["interrupted"] = await loop.run_keeping_progress()
         summary["wall_s"] = time.perf_counter() - t_run
     finally:

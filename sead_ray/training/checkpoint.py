@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,13 +32,17 @@ class TrainState:
     """What a checkpoint holds besides the weights to continue exactly."""
     iteration: int                 # last completed iteration
     controller: dict               # ProfileController.state_dict() after that iteration
-    policy_version: int
-    user_policy_version: int = 0   # user.train: the simulator's weights (in the checkpoint's user/)
+    versions: dict[str, int] = field(default_factory=dict)   # per trained role (core.roles): its weights' version
+
+    def version(self, role: str) -> int:
+        return self.versions.get(role, 0)
 
     @classmethod
     def from_json(cls, data: dict) -> TrainState:
-        return cls(int(data["iteration"]), data["controller"], int(data["policy_version"]),
-                   int(data.get("user_policy_version", 0)))
+        versions = data.get("versions")
+        if versions is None:   # written before the roles were data: one field per role
+            versions = {"agent": data["policy_version"], "user": data.get("user_policy_version", 0)}
+        return cls(int(data["iteration"]), data["controller"], {role: int(v) for role, v in versions.items()})
 
 
 def checkpoints_dir(run_dir: Path) -> Path:

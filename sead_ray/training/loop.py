@@ -20,6 +20,7 @@ from typing import Any, Optional, Protocol
 
 from sead_ray.core.config import SeadConfig
 from sead_ray.core.jsonl import write_json
+from sead_ray.core.roles import ROLES
 from sead_ray.play.dialogue import Trajectory
 from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
 from sead_ray.scenario.profiles import Profile
@@ -69,7 +70,6 @@ class Learning:
     step: StepMetrics
     sync: SyncResult
     policy_version: int
-    user: Optional[Learning] = None   # user.train: the simulator's own step, sync and version
 
 
 def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], max_seq_len: int) -> list[Sample]:
@@ -132,15 +132,14 @@ class SelfEvolutionLoop:
         path = self.run_dir / "dialogues" / f"iter_{iteration:04d}.jsonl"
         return Dialogues(rollout, write_dialogues(path, rollout, self.scenario))
 
-    async def learn(self, iteration: int, dialogues: Dialogues) -> Learning:
+    async def learn(self, iteration: int, dialogues: Dialogues) -> dict[str, Learning]:
+        """Phase 3 for each trained role (core.roles), the agent first."""
         trajs = dialogues.rollout.played
         if dialogues.rollout.errors:
             log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
                         iteration, dialogues.rollout.errors)
         self.weights_ahead = True
-        learned = {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
-        learned["agent"].user = learned.get("user")
-        return learned["agent"]
+        return {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
 
     async def learn_role(self, role: str, iteration: int, trajs: Sequence[Trajectory]) -> Learning:
         """One GRPO update of `role`'s model on this iteration's calls, then its new weights to its engines."""
@@ -156,7 +155,7 @@ class SelfEvolutionLoop:
                         iteration, role, train.advantage_mode, sum(t.success for t in trajs), len(trajs),
                         "step skipped, weights stay" if skip else "the policy-gradient term of this step is 0")
             if skip:
-                version = self.done.policy_version if role == "agent" else self.done.user_policy_version
+                version = self.done.version(role)
                 return Learning(rewards, StepMetrics.no_step(trained_tokens),
                                 SyncResult(version, 0.0, None, None, 0.0), version)
         log.info("iter %d %s GRPO: %d samples, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration, role,
@@ -183,7 +182,7 @@ class SelfEvolutionLoop:
             sampling=self.cfg.dialogue.agent_eval, seed_iteration=0))
         records = write_dialogues(self.run_dir / "dialogues" / f"eval_{iteration:04d}.jsonl", rollout, self.scenario)
         row = await self.system.record_iteration(iteration, "eval", records, {
-            "policy_version": self.done.policy_version, "rollout_s": rollout.wall_s, "error_calls": rollout.errors})
+            "policy_version": self.done.version("agent"), "rollout_s": rollout.wall_s, "error_calls": rollout.errors})
         log.info("held-out evaluation after iteration %d: CR %.2f over %d calls", iteration, row["cr"] or 0.0,
                  len(records))
         return row
@@ -197,8 +196,8 @@ class SelfEvolutionLoop:
         dialogues = await self.play_dialogues(iteration, profiles)
         learning = await self.learn(iteration, dialogues)       # from here on the iteration completes
         curriculum = await self.analyse_mistakes(iteration, dialogues)
-        self.done = TrainState(iteration, await self.system.controller_state(), learning.policy_version,
-                               learning.user.policy_version if learning.user else self.done.user_policy_version)
+        versions = {**self.done.versions, **{role: learned.policy_version for role, learned in learning.items()}}
+        self.done = TrainState(iteration, await self.system.controller_state(), versions)
         self.weights_ahead = False
         return await self._log(iteration, dialogues, learning, curriculum, time.perf_counter() - t0)
 
@@ -255,23 +254,23 @@ class SelfEvolutionLoop:
         save_checkpoint(self.system.save_weights, self.run_dir, self.done, self.cfg.train.keep_checkpoints)
         self.saved_iteration, self.last_save_s = self.done.iteration, time.perf_counter() - t0
 
-    async def _log(self, iteration: int, dialogues: Dialogues, learning: Learning, curriculum: dict,
+    async def _log(self, iteration: int, dialogues: Dialogues, learning: dict[str, Learning], curriculum: dict,
                    seconds: float) -> dict:
-        rollout, step = dialogues.rollout, learning.step
+        rollout = dialogues.rollout
         extra = {"dialogues_per_s": rollout.dialogues_per_s, "agent_tokens_per_s": rollout.agent_tokens_per_s,
-                 "rollout_s": rollout.wall_s, "reward_mean": sum(learning.rewards) / max(1, len(learning.rewards)),
-                 "policy_version": learning.policy_version, "sync_s": learning.sync.total_s, "sync_mb": learning.sync.mb,
-                 "user_engines": self.system.user_engines, "iteration_s": seconds,
+                 "rollout_s": rollout.wall_s, "user_engines": self.system.user_engines, "iteration_s": seconds,
                  "error_calls": rollout.errors, "error_replays": rollout.replays,
                  # how often the simulator's rules corrected it (sead_ray/scenario/guards.py)
                  "user_step_clamps": sum(t.user_step_clamps for t in rollout.trajectories),
-                 "user_status_overrides": sum(t.user_status_overrides for t in rollout.trajectories),
-                 **{f"train_{k}": v for k, v in step.to_json().items()}}
-        if learning.user is not None:
-            extra.update({"user_policy_version": learning.user.policy_version, "user_sync_s": learning.user.sync.total_s,
-                          "user_reward_mean": sum(learning.user.rewards) / max(1, len(learning.user.rewards)),
-                          **{f"user_train_{k}": v for k, v in learning.user.step.to_json().items()}})
+                 "user_status_overrides": sum(t.user_status_overrides for t in rollout.trajectories)}
+        for role, learned in learning.items():   # the agent's figures unprefixed, the simulator's as user_...
+            prefix = ROLES[role].metric_prefix
+            extra.update({f"{prefix}reward_mean": sum(learned.rewards) / max(1, len(learned.rewards)),
+                          f"{prefix}policy_version": learned.policy_version, f"{prefix}sync_s": learned.sync.total_s,
+                          f"{prefix}sync_mb": learned.sync.mb,
+                          **{f"{prefix}train_{k}": v for k, v in learned.step.to_json().items()}})
         row = await self.system.record_iteration(iteration, "train", dialogues.records, extra, curriculum)
+        step = learning["agent"].step
         log.info("iteration %d/%d: CR %.2f, reward %.3f, loss %.4f, logprob mismatch %s, %.0f s", iteration,
                  self.cfg.train.iterations, row["cr"] or 0.0, extra["reward_mean"], step.loss,
                  "-" if step.skipped else f"{step.logprob_mismatch_mean:.2e}", seconds)

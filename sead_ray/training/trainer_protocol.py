@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from sead_ray.core.roles import ROLES
+
 
 class TrainerError(RuntimeError):
     """A training rank failed (the message carries its traceback) or stopped answering."""
@@ -61,11 +63,11 @@ class TrainerSettings:
                    zero_stage=cfg.trainer.zero_stage, micro_batch_size=t.micro_batch_size,
                    # the simulator trains on each of its turns: up to max_turns samples per call
                    grad_accum_steps=grad_accum_steps(t.batch_size * t.rollouts_per_profile
-                                                     * (cfg.dialogue.max_turns if role == "user" else 1),
+                                                     * (cfg.dialogue.max_turns if ROLES[role].trains_per_turn else 1),
                                                      cfg.trainer.num_workers, t.micro_batch_size),
                    grad_clip=t.grad_clip, clip_eps=t.clip_eps, kl_coef=t.kl_coef, entropy_coef=t.entropy_coef,
                    ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing,
-                   temperature=(cfg.dialogue.agent_train if role == "agent" else cfg.dialogue.user).temperature,
+                   temperature=ROLES[role].sampling(cfg).temperature,
                    threads=cfg.trainer.threads_per_worker, offload_optimizer=cfg.trainer.offload_optimizer)
 
 

@@ -145,7 +145,7 @@ class Talks:
                 if checkpoint is None:
                     raise ViewError(f"{ref[4:] or '.'}: no checkpoint yet to talk with", 400)
                 path = str(resolve_model(str(checkpoint), prepare=False))
-                version = load_train_state(checkpoint).policy_version
+                version = load_train_state(checkpoint).version("agent")
             else:
                 path = str(resolve_model(ref, prepare=False))
         except (ModelError, ValueError) as exc:

@@ -35,8 +35,8 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     from actors.agent import AgentPool
-    from actors.rollout_roles import RolloutRoles, launch_user, rescale_user_pool
-    from actors.user import UserSimPool
+    from actors.rollout_roles import RolloutRoles, engine_name, launch_user, rescale_user_pool
+    from actors.user import UserPool
     from placement import create_placement_groups, user_engine_count
     from sead_ray.scenario.scenario import load_scenario
     from tests.conftest import SCENARIO, tiny_config
@@ -52,10 +52,10 @@ def main() -> None:
     try:
         n = user_engine_count(cfg, ray.cluster_resources())
         plan = create_placement_groups(cfg, {"user": n})
-        roles = RolloutRoles(cfg, scenario, agents=AgentPool({}), users=UserSimPool({}), plan=plan)
+        roles = RolloutRoles(cfg, scenario, agents=AgentPool({}), users=UserPool({}), plan=plan)
         for i in range(n):
-            name, actor = launch_user(roles, i)
-            roles.users.add(name, actor, {**ray.get(actor.start.remote()), "placement_index": i})
+            actor = launch_user(roles, i)
+            roles.users.add(engine_name("user", i), actor, {**ray.get(actor.start.remote()), "placement_index": i})
         report["start"] = {"engines": sorted(roles.users.actors), "served": _turns(roles, scenario, 4, "a")}
 
         joined = cluster.add_node(num_cpus=1, resources={"rollout": 2})

@@ -173,7 +173,7 @@ def _assert_the_simulator_was_trained_apart(run, rows, stopped_after):
                     for line in (run / "dialogues" / f"iter_{it:04d}.jsonl").read_text().splitlines()}
         assert answered == {it - 1}, (it, stopped_after, answered)
     ckpt = run / "checkpoints" / "iter_0004"
-    assert json.loads((ckpt / "state.json").read_text())["user_policy_version"] == 4
+    assert json.loads((ckpt / "state.json").read_text())["versions"] == {"agent": 4, "user": 4}
     base = load_file(str(resolve_model("tiny:llama-h64") / "model.safetensors"))
     user, agent = (load_file(str(folder / "hf" / "model.safetensors")) for folder in (ckpt / "user", ckpt))
     assert any(not (user[k] == base[k]).all() for k in base), "the simulator's model did not change"

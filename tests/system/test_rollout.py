@@ -83,11 +83,11 @@ def test_seeded_long_prompts_in_parallel_are_reproducible(roles):
 
 
 def test_rule_simulator_is_deterministic(ray_cluster, roles, scenario):
-    from actors.user import UserSimActor, UserSimPool
-    sim = {"user-rule-0": UserSimActor.options(num_cpus=0).remote(
+    from actors.user import UserActor, UserPool
+    sim = {"user-rule-0": UserActor.options(num_cpus=0).remote(
         "user-rule-0", scenario, replace(roles.cfg.user, backend="rule"), {})}
     ray_cluster.get(sim["user-rule-0"].start.remote())
-    rule_roles = RolloutRoles(roles.cfg, scenario, roles.agents, UserSimPool(sim), tokenizer=roles.tokenizer)
+    rule_roles = RolloutRoles(roles.cfg, scenario, roles.agents, UserPool(sim), tokenizer=roles.tokenizer)
     profiles = _profiles(scenario, 4, seed=3)
 
     def run():
@@ -163,8 +163,8 @@ def test_killing_user_engines_mid_run_loses_no_dialogue(ray_cluster, roles, scen
 
     async def scenario_run():
         task = asyncio.ensure_future(_play(roles, _profiles(scenario, 8, seed=5), iteration=2))
-        victim = roles.users.actors["user-sim-0"]
-        while roles.users.in_flight["user-sim-0"] == 0 and not task.done():
+        victim = roles.users.actors["user-0"]
+        while roles.users.in_flight["user-0"] == 0 and not task.done():
             await asyncio.sleep(0.05)
         ray.kill(victim, no_restart=True)
         result = await task
@@ -175,7 +175,7 @@ def test_killing_user_engines_mid_run_loses_no_dialogue(ray_cluster, roles, scen
     assert all(t.end_reason != "error" for t in result.trajectories), [t.error for t in result.trajectories]
     report = roles.users.report()
     assert report["retried_turns"] >= 1, report                     # its turns went elsewhere
-    assert report["restarts"] == {"user-sim-0": 1} and report["alive"] == 2 and not report["dead"], report
+    assert report["restarts"] == {"user-0": 1} and report["alive"] == 2 and not report["dead"], report
     assert roles.health()["user"]["restarts"] == 1
     again = asyncio.run(_play(roles, _profiles(scenario, 4, seed=6), iteration=3))   # the replacement serves
     assert all(t.end_reason != "error" for t in again.trajectories)
@@ -184,9 +184,9 @@ def test_killing_user_engines_mid_run_loses_no_dialogue(ray_cluster, roles, scen
     # instead of ending in error (the case of a pool of one)
     async def all_die():
         task = asyncio.ensure_future(_play(roles, _profiles(scenario, 6, seed=9), iteration=4))
-        while not all(roles.users.in_flight[n] for n in ("user-sim-0", "user-sim-1")) and not task.done():
+        while not all(roles.users.in_flight[n] for n in ("user-0", "user-1")) and not task.done():
             await asyncio.sleep(0.05)
-        for name in ("user-sim-0", "user-sim-1"):
+        for name in ("user-0", "user-1"):
             ray.kill(roles.users.actors[name], no_restart=True)
         result = await task
         await roles.users.settle()
@@ -195,6 +195,6 @@ def test_killing_user_engines_mid_run_loses_no_dialogue(ray_cluster, roles, scen
     result = asyncio.run(all_die())
     assert [t.error for t in result.trajectories if t.end_reason == "error"] == []
     report = roles.users.report()
-    assert report["restarts"] == {"user-sim-0": 2, "user-sim-1": 1} and report["alive"] == 2, report
+    assert report["restarts"] == {"user-0": 2, "user-1": 1} and report["alive"] == 2, report
     assert report["retried_turns"] > retried, report
 

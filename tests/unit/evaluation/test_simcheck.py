@@ -8,7 +8,8 @@ import pytest
 
 from sead_ray.core.config_schema import CurriculumConfig
 from sead_ray.curriculum.controller import ProfileController
-from sead_ray.evaluation.simcheck import GRADES, Rules, best_fact, greeting, run_simcheck, scripted_turn, write_outputs
+from sead_ray.evaluation.simcheck import GRADES, best_fact, greeting, run_simcheck, scripted_turn, write_outputs
+from sead_ray.play.dialogue import CallSettings
 from sead_ray.scenario.lexicon import content_words
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import load_scenario
@@ -34,7 +35,7 @@ def rule(scenario):
 
 
 def check(scenario, respond, sets=("soft", "hard"), n=16, **kw) -> dict:
-    rules = Rules(1, scenario.status_guards, 2)
+    rules = CallSettings(4, 2, 1, scenario.status_guards)
     return asyncio.run(run_simcheck(scenario, {s: profiles(scenario, s, n) for s in sets}, respond, rules=rules, **kw))
 
 
@@ -183,7 +184,7 @@ def test_the_battery_passes_on_both_shipped_scenarios_and_catches_a_gameable_use
     from sead_ray.evaluation.simcheck import run_battery
     for scen in (scenario, load_scenario(CHARITY)):
         sets = {s: profiles(scen, s, 30, seed=5) for s in ("soft", "hard")}
-        result = asyncio.run(run_battery(scen, sets, rule(scen), max_turns=6, rules=Rules(1, scen.status_guards, 2)))
+        result = asyncio.run(run_battery(scen, sets, rule(scen), CallSettings(6, 2, 1, scen.status_guards)))
         for name, part in result.items():
             assert part["adversarial_ok"], (scen.name, name, part["over_the_bar"])
             assert part["honest"] >= 0.5 and set(part["classes"]) == set(CLASSES)
@@ -195,7 +196,7 @@ def test_the_battery_passes_on_both_shipped_scenarios_and_catches_a_gameable_use
         status = "accept" if len(said & facts) >= 3 and req.turn_index >= 1 else "continue"
         return UserTurnOutput("Go on.", req.current_state, status, ok=True)
     sets = {"soft": profiles(scenario, "soft", 20)}
-    gamed = asyncio.run(run_battery(scenario, sets, keyword_user, max_turns=4))["soft"]
+    gamed = asyncio.run(run_battery(scenario, sets, keyword_user, CallSettings(4, max_step=1)))["soft"]
     assert not gamed["adversarial_ok"] and any(c.startswith("open_loop_facts") for c in gamed["over_the_bar"])
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from sead_ray.agent.token_context import IncrementalChatEncoder
 from sead_ray.evaluation.metrics import compute_metrics
-from sead_ray.play.dialogue import run_dialogue
+from sead_ray.play.dialogue import CallSettings, run_dialogue
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserTurnOutput
 from sead_ray.user.rule_user import RuleUserSimulator
@@ -38,9 +38,10 @@ def rule_user(scenario, **kw):
     return user
 
 
-def play(scenario, agent, user, profile=Profile((2, 2, 3), ("Asks if a deposit is required",)), **kw):
-    kw.setdefault("max_turns", 15)
-    return asyncio.run(run_dialogue("d0", profile, scenario, agent, user, **kw))
+def play(scenario, agent, user, profile=Profile((2, 2, 3), ("Asks if a deposit is required",)), encoder=None,
+         max_turns=15, **settings):
+    return asyncio.run(run_dialogue("d0", profile, scenario, agent, user, CallSettings(max_turns, **settings),
+                                    encoder=encoder))
 
 
 def test_convincing_agent_gets_accept(scenario):

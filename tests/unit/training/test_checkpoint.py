@@ -3,13 +3,21 @@ metrics lines."""
 import json
 import os
 
-from sead_ray.training.checkpoint import TrainState, latest_checkpoint, prune_checkpoints, save_checkpoint, truncate_metrics
+from sead_ray.core.roles import ROLES
+from sead_ray.training.checkpoint import (
+    TrainState,
+    latest_checkpoint,
+    load_train_state,
+    prune_checkpoints,
+    save_checkpoint,
+    truncate_metrics,
+)
 
 
 def _save(run, iteration, keep=0):
     def weights(directory):
         (directory / "hf").mkdir(parents=True)
-    return save_checkpoint(weights, run, TrainState(iteration, {"curriculum": iteration}, iteration), keep=keep)
+    return save_checkpoint(weights, run, TrainState(iteration, {"curriculum": iteration}, {"agent": iteration}), keep=keep)
 
 
 def test_latest_names_the_newest_save_and_retention_keeps_k(tmp_path):
@@ -18,6 +26,17 @@ def test_latest_names_the_newest_save_and_retention_keeps_k(tmp_path):
     assert latest_checkpoint(tmp_path).name == "iter_0004"
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*")) == ["iter_0003", "iter_0004"]
     assert json.loads((tmp_path / "checkpoints" / "iter_0004" / "state.json").read_text())["iteration"] == 4
+
+
+def test_versions_are_kept_per_role_and_a_state_written_before_the_roles_were_data_still_loads(tmp_path):
+    saved = TrainState(3, {"curriculum": 3}, {"agent": 3, "user": 2})
+    directory = save_checkpoint(lambda d: (d / "hf").mkdir(parents=True), tmp_path, saved)
+    assert load_train_state(directory) == saved and saved.version("user") == 2
+    # the state.json of a run written before this change: one field per role
+    (directory / "state.json").write_text(json.dumps({"iteration": 3, "controller": {}, "policy_version": 3,
+                                                      "user_policy_version": 2}))
+    assert load_train_state(directory).versions == {"agent": 3, "user": 2}
+    assert (ROLES["agent"].checkpoint(directory), ROLES["user"].checkpoint(directory)) == (directory, directory / "user")
 
 
 def test_a_dangling_or_incomplete_latest_falls_back_to_the_newest_complete_checkpoint(tmp_path):
@@ -116,7 +135,7 @@ def test_resume_refuses_to_change_what_the_checkpoints_were_made_with(tmp_path, 
     assert main(["train", "--config", str(EMBEDDED_CONFIG), "--out", str(run)]) == 2
     err = capsys.readouterr().err
     assert f"{run} holds a run's files (config.yaml) but no complete checkpoint" in err and "Traceback" not in err
-    save_checkpoint(lambda d: d.mkdir(parents=True), run, TrainState(1, {}, 1))
+    save_checkpoint(lambda d: d.mkdir(parents=True), run, TrainState(1, {}, {"agent": 1}))
     assert main(["train", "--config", str(EMBEDDED_CONFIG), "--out", str(run)]) == 2
     err = capsys.readouterr().err
     assert f"{run} already holds a run with checkpoints" in err and "Traceback" not in err

@@ -120,7 +120,7 @@ def test_calls_still_in_error_are_neither_trained_on_nor_counted(scenario, smoll
     system = FakeLoopSystem(cfg, scenario, None)
     broken = "it0001-p0002-r0"
     system._endpoints = _endpoints(scenario, smollm_tokenizer, dies_in={broken}, times=99)
-    start = TrainState(0, system.controller.state_dict(), 0)
+    start = TrainState(0, system.controller.state_dict())
     asyncio.run(SelfEvolutionLoop(cfg, scenario, system, tmp_path, start, saved=False).run())
     records = [json.loads(line) for line in (tmp_path / "dialogues" / "iter_0001.jsonl").read_text().splitlines()]
     assert [r["end_reason"] == "error" for r in records] == [False, False, True, False]   # reported, not hidden
@@ -140,7 +140,7 @@ def test_a_failure_mid_run_keeps_the_last_completed_iteration(scenario, smollm_t
             raise RuntimeError("the controller actor died")
         return await sample(n)
     system.sample_profiles = controller_dies_in_iteration_2
-    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict(), 0),
+    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict()),
                              saved=False)
     try:
         asyncio.run(loop.run_keeping_progress())
@@ -150,7 +150,7 @@ def test_a_failure_mid_run_keeps_the_last_completed_iteration(scenario, smollm_t
         raise AssertionError("the failure was swallowed")
     # checkpoint_every 0 saves only at the end: this one was written because iteration 2 failed
     state = json.loads((tmp_path / "checkpoints" / "latest" / "state.json").read_text())
-    assert state["iteration"] == 1 and state["policy_version"] == 1
+    assert state["iteration"] == 1 and state["versions"] == {"agent": 1}
 
 
 def test_no_checkpoint_pairs_new_weights_with_an_unfinished_iteration(scenario, smollm_tokenizer, tmp_path):
@@ -162,7 +162,7 @@ def test_no_checkpoint_pairs_new_weights_with_an_unfinished_iteration(scenario, 
             raise RuntimeError("agent engine unreachable")
         return SyncResult(system.version, 1.0, None, 0.0, 0.0)
     system.publish = publish_fails
-    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict(), 0),
+    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict()),
                              saved=False)
     try:
         asyncio.run(loop.run_keeping_progress())
@@ -180,7 +180,7 @@ def test_held_out_evaluation_replays_one_fixed_set(scenario, smollm_tokenizer, t
     system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
     training_draws = ProfileController(scenario, cfg.curriculum, cfg.seed).sample(2)
     assert not set(held_out) & set(training_draws)     # its own seed: not the first training draw
-    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict(), 0),
+    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict()),
                              saved=False, held_out=held_out)
     asyncio.run(loop.run())
     # before training, every eval_every iterations, and after the last
@@ -201,7 +201,7 @@ def test_a_batch_without_reward_differences_skips_its_step_only_when_asked(scena
     def run(out, *settings):
         cfg = tiny_config("train.batch_size=2", "train.iterations=2", *settings)
         system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
-        loop = SelfEvolutionLoop(cfg, scenario, system, out, TrainState(0, system.controller.state_dict(), 0),
+        loop = SelfEvolutionLoop(cfg, scenario, system, out, TrainState(0, system.controller.state_dict()),
                                  saved=False)
         asyncio.run(loop.run())
         return system, json.loads((out / "checkpoints" / "latest" / "state.json").read_text())
@@ -212,10 +212,10 @@ def test_a_batch_without_reward_differences_skips_its_step_only_when_asked(scena
     assert system.trained == [] and system.version == 0
     assert [(r["train_skipped"], r["policy_version"], r["train_grad_norm"]) for r in system.rows] == [(1, 0, 0.0)] * 2
     assert system.rows[0]["train_agent_tokens"] > 0 and system.rows[0]["train_entropy"] is None
-    assert state["iteration"] == 2 and state["policy_version"] == 0
+    assert state["iteration"] == 2 and state["versions"] == {"agent": 0}
     for settings in [("train.skip_no_signal_steps=false",), ("train.skip_no_signal_steps=true", "train.kl_coef=0.1")]:
         system, state = run(tmp_path / "-".join(settings), *settings)
-        assert len(system.trained) == 2 and state["policy_version"] == 2
+        assert len(system.trained) == 2 and state["versions"]["agent"] == 2
         assert [r["train_skipped"] for r in system.rows] == [0, 0]
 
 
@@ -229,7 +229,7 @@ def test_a_stop_keeps_the_last_checkpoint_when_a_save_would_outlast_it(scenario,
         cfg = tiny_config("train.batch_size=2", "train.iterations=4", "train.checkpoint_every=2",
                           f"train.stop_save_max_s={limit}")
         system = FakeLoopSystem(cfg, scenario, _endpoints(scenario, smollm_tokenizer))
-        loop = SelfEvolutionLoop(cfg, scenario, system, out, TrainState(0, system.controller.state_dict(), 0),
+        loop = SelfEvolutionLoop(cfg, scenario, system, out, TrainState(0, system.controller.state_dict()),
                                  saved=False)
         record, save_weights = system.record_iteration, system.save_weights
 
