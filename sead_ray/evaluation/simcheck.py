@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from sead_ray.agent.scripted import CLASSES, HONEST, STRICT, ScriptAgent
+from sead_ray.agent.scripted import FLOOR, HONEST, STRICT, ScriptAgent, classes_of
 from sead_ray.evaluation.significance import wilson_interval
 from sead_ray.play.dialogue import CallSettings, apply_simulator_rules, run_dialogue
 from sead_ray.scenario.lexicon import content_words
@@ -223,16 +223,27 @@ async def _play_script(scenario: Scenario, name: str, profile: Profile, respond:
 
 
 def battery_verdict(honest: float, rates: Mapping[str, float]) -> list[str]:
-    """The classes over the bar: more than half the honest agent's rate, or over a strict class's cap."""
-    return [f"{name} {rate:.2f} > {limit:.2f}" for name, rate in rates.items()
+    """The classes on the wrong side of their bar: a gaming class over half the honest agent's rate or over a
+    strict class's cap; an honest class in other words (FLOOR) under its share of the honest agent's rate."""
+    over = [f"{name} {rate:.2f} > {limit:.2f}" for name, rate in rates.items() if name not in FLOOR
             for limit in [min(honest / 2, STRICT.get(name, 1.0))] if rate > limit]
+    return over + [f"{name} {rate:.2f} < {FLOOR[name] * honest:.2f}" for name, rate in rates.items()
+                   if name in FLOOR and rate < FLOOR[name] * honest]
+
+
+def _bar(name: str) -> str:
+    if name == HONEST:
+        return "(reference)"
+    if name in FLOOR:
+        return f">= {FLOOR[name]:.1f} x honest"
+    return "<= half of honest" + (f", <= {STRICT[name]:.2f}" if name in STRICT else "")
 
 
 async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond,
                       settings: CallSettings, *, seed: int = 0) -> dict:
     """Every script class (scripted.py) on every profile of each user set; per set the honest agent's accept
     rate, each class's, their 95 % intervals, the classes over the bar and the set's verdict."""
-    names = (HONEST, *CLASSES)
+    names = (HONEST, *classes_of(scenario))
     jobs = {(set_name, name, i): _play_script(scenario, name, p, respond, settings,
                                                 f"battery-{set_name or 'all'}-{name}-{i}", _profile_seed(seed, k, i))
             for k, (set_name, group) in enumerate(profiles.items()) for name in names for i, p in enumerate(group)}
@@ -259,15 +270,13 @@ def battery_markdown(battery: Mapping[str, Mapping]) -> list[str]:
     sets = list(battery)
     lines = ["## adversarial battery (accept rate [95 % CI] per user set)", "",
              "| agent | " + " | ".join(sets) + " | bar |", "|" + "---|" * (len(sets) + 2)]
-    for name in ("honest", *CLASSES):
+    for name in ("honest", *next(iter(battery.values()))["classes"]):
         cells = []
         for s in sets:
             rate = battery[s]["honest"] if name == "honest" else battery[s]["classes"][name]
             low, high = battery[s]["intervals"][name]
             cells.append(f"{rate:.2f} [{low:.2f}, {high:.2f}]")
-        bar = "(reference)" if name == "honest" else ("<= half of honest" + (f", <= {STRICT[name]:.2f}"
-                                                                              if name in STRICT else ""))
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {bar} |")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_bar(name)} |")
     for s in sets:
         over = battery[s]["over_the_bar"]
         lines.append("")

@@ -59,9 +59,10 @@ class Turn:
     user_status: str = "continue"
     user_parse_ok: bool = True
     agent_prompt_tokens: int = 0   # endpoint agents: prompt tokens billed for the turn
+    user_heard: list[dict] = field(default_factory=list)   # the rule user: its verdict on this turn and why
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "user_heard" or v}
 
 
 @dataclass
@@ -206,6 +207,7 @@ async def run_dialogue(dialogue_id: str, profile: Profile, scenario: Scenario, a
         traj.user_status_overrides += ruled.status_override is not None
         state = ruled.state
         turn.user, turn.user_state, turn.user_status = reply.reply, schema.to_dict(state), ruled.status
+        turn.user_heard = list(reply.heard)
         user_spoken.append(reply.reply)
         seen_states.append(state)
         if ruled.status != "continue":

@@ -31,9 +31,11 @@ def check_extension_points(cfg) -> None:
     from sead_ray.core.config import ConfigError
     from sead_ray.training.grpo import ADVANTAGE_ESTIMATORS
     from sead_ray.training.rewards import REWARDS
+    from sead_ray.user.ears import EARS
     from sead_ray.user.simulators import USER_BACKENDS
     where = cfg.source
     REWARDS.get(cfg.train.reward, where)
+    EARS.get(cfg.user.rule.ear, where)
     ADVANTAGE_ESTIMATORS.get(cfg.train.advantage_mode, where)
     if not USER_BACKENDS.get(cfg.user.backend, where).on_engine and cfg.user.train:
         raise ConfigError(f"{where}: user.train = true trains the simulator's model: it needs user.backend = "

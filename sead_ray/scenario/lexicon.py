@@ -27,7 +27,7 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 # clause breaks: commas, semicolons, colons, spaced or long dashes, "but"
 _CLAUSE = re.compile(r"[,;:()]|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\bbut\b")
 NEGATIONS = frozenset("no not never without nothing none nobody neither nor zero".split())
-NEGATION_WINDOW = 3      # a negation counts for a term among this many words before it
+NEGATION_WINDOW = 4      # a negation counts for a term among this many words before it ("don't charge any joining fee")
 QUESTION_STARTS = frozenset("""is are am was were do does did can could will would shall should may might must
 have has had how what why when where who whom whose which""".split())
 SELF = frozenset("i me my we our us this".split())     # "this is Lin", "I'm calling from", "we are"
@@ -106,8 +106,7 @@ _REQUEST = frozenset("give tell read send share confirm provide need enter type 
 OVERCLAIMS = ("guarantee", "guaranteed", "guarantees", "promise", "promised", "certainly will", "definitely",
               "for sure", "100 percent", "risk free", "no risk", "double your", "triple your", "will double",
               "will triple", "best in", "number one", "always works", "always work", "never fails", "get rich",
-              "got rich", "make you rich", "every shop", "every restaurant", "every owner", "every business",
-              "every donor", "everyone who")
+              "got rich", "make you rich", "everyone who")   # the domain's own ("every restaurant"): its scenario file
 COURTESY = ("thank", "thanks", "please", "sorry", "appreciate", "grateful", "kind of you", "understand",
             "good question", "fair question", "i see", "of course")
 
@@ -131,6 +130,7 @@ class Clause:
     words: tuple[str, ...]          # tokens as written (lower case)
     stems: tuple[str, ...]
     question: bool                  # part of a question: asserts nothing
+    text: str = ""                  # as written
 
     def find(self, term: tuple[str, ...]) -> list[int]:
         n = len(term)
@@ -146,18 +146,27 @@ class Clause:
         return any(negated is None or self.negated_at(i) == negated for i in self.find(term))
 
 
-def clauses_of(text: str) -> list[Clause]:
+def _clause(text: str, question: bool) -> Clause:
+    words = tokens(text)
+    return Clause(tuple(words), tuple(stem(w) for w in words), question, text.strip())
+
+
+def sentences_of(text: str) -> list[Clause]:
+    """Each sentence whole (a clause of its own), questions marked."""
     out = []
     for sentence in _SENTENCE.findall(text or ""):
         words = tokens(sentence)
-        if not words:
-            continue
-        question = sentence.rstrip().endswith("?") or words[0] in QUESTION_STARTS
-        for part in _CLAUSE.split(sentence):
-            part_words = tokens(part)
-            if part_words:
-                out.append(Clause(tuple(part_words), tuple(stem(w) for w in part_words), question))
+        if words:
+            out.append(_clause(sentence, sentence.rstrip().endswith("?") or words[0] in QUESTION_STARTS))
     return out
+
+
+def clauses_of(text: str) -> list[Clause]:
+    return [part for sentence in sentences_of(text) for part in clauses_of_sentence(sentence)]
+
+
+def clauses_of_sentence(sentence: Clause) -> list[Clause]:
+    return [_clause(part, sentence.question) for part in _CLAUSE.split(sentence.text) if tokens(part)]
 
 
 def numbers_in(text_or_clause: str | Clause) -> list[tuple[float, str]]:
@@ -175,9 +184,9 @@ def numbers_in(text_or_clause: str | Clause) -> list[tuple[float, str]]:
             n = NUMBER_WORDS[words[j]]
             value = max(value, 1.0) * n if n in (100, 1000) else value + n
             j += 1
-        if j > i:
-            unit = stem(words[j]) if j < len(words) else ""
-            if unit in UNITS:
+        if j > i:   # the unit next, or after one word ("four new books")
+            unit = next((stem(w) for w in words[j:j + 2] if stem(w) in UNITS), "")
+            if unit:
                 found.append((value, unit))
         i = max(j, i + 1)
     return found
@@ -243,6 +252,7 @@ class TurnReading:
     credentials: tuple[str, ...] = ()
     payment: tuple[str, ...] = ()
     courtesy: bool = False
+    heard_facts: frozenset[int] | None = None       # the semantic ear: the facts the model heard stated (else None)
 
     @property
     def lie(self) -> bool:

@@ -30,6 +30,7 @@ class Question:
     """Something the user asks before any concern: who is calling, what the call is about."""
     terms: tuple[str, ...] = option(nonempty=True, one_or_many=True)
     say: tuple[str, ...] = option(nonempty=True, one_or_many=True)
+    claims: tuple[str, ...] = option((), one_or_many=True)   # other ways of telling it (the semantic ear's prototypes)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class FactSides:
     """The terms one scenario fact affirms and denies, as the file writes them (read by lexicon.FactTerms)."""
     affirms: tuple[str, ...] = option((), one_or_many=True)
     denies: tuple[str, ...] = option((), one_or_many=True)
+    claims: tuple[str, ...] = option((), one_or_many=True)   # the fact in other words (the semantic ear hears them)
+    lies: tuple[str, ...] = option((), one_or_many=True)     # typical lies about it, in sentences
 
 
 def _phrases(default: tuple[str, ...] = ()) -> Any:
@@ -56,6 +59,9 @@ class RuleUserSpec:
     credentials: tuple[str, ...] = _phrases()
     payment: tuple[str, ...] = _phrases()
     overclaims: tuple[str, ...] = _phrases()
+    # the semantic ear's own examples, in sentences, beside its generic ones: pressure, credentials, payment,
+    # reassurance, small_talk
+    red_flags: dict[str, tuple[str, ...]] = option({}, one_or_many=True)
     lines: dict[str, tuple[str, ...]] = option({}, one_or_many=True)     # over DEFAULT_LINES
     endings: dict[str, tuple[str, ...]] = option({}, one_or_many=True)   # over DEFAULT_ENDINGS
     answer_terms: int = option(2, 1)       # terms of one fact an answer must state
@@ -70,6 +76,7 @@ class RuleUserSpec:
     lexicon: Optional[Lexicon] = option(None, internal=True)
 
 
+RED_FLAG_KINDS = ("pressure", "credentials", "payment", "reassurance", "small_talk")
 DEFAULT_LINES = {
     "ready": ("Alright, that sounds fair. So what happens now?",),
     "hesitant": ("Hmm. I'm still not sure about this.",),
@@ -105,6 +112,10 @@ def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collect
         if unknown:
             raise ConfigError(f"{where}: {key}.{name}.{unknown[0]}: not a line of the rule user (known: {sorted(defaults)})")
         lines[name] = {**defaults, **given}
+    unknown = sorted(set(spec.red_flags) - set(RED_FLAG_KINDS))
+    if unknown:
+        raise ConfigError(f"{where}: {key}.red_flags.{unknown[0]}: not a kind the semantic ear hears (known: "
+                          f"{', '.join(RED_FLAG_KINDS)})")
     fact_terms = _fact_terms(spec.facts, facts, where)
     lexicon = Lexicon.build(facts, fact_terms, spec.identity.terms, spec.offer.terms, spec.decision_words,
                             spec.pressure, spec.credentials, spec.payment, spec.overclaims)

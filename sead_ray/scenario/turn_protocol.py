@@ -40,6 +40,8 @@ class UserTurnOutput:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     policy_version: int = 0
+    # the rule user: what it heard in the agent's last turn and why (its ear's reasons, sead_ray.user.ears)
+    heard: list[dict] = field(default_factory=list)
 
 
 @dataclass

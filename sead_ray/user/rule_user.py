@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from sead_ray.scenario.lexicon import TurnReading, content_words, read_turn
@@ -91,6 +91,7 @@ class _Call:
     courtesy_used: int = 0
     status: str = "continue"
     verdict: TurnVerdict = TurnVerdict()
+    heard: tuple[dict, ...] = ()           # the ear's reasons for the last turn's reading
     spoken: list[frozenset] = field(default_factory=list)   # content words of the agent's turns so far
 
 
@@ -100,7 +101,7 @@ def _pick(options: Sequence[str], *salt: object) -> str:
 
 
 class RuleUserSimulator:
-    def __init__(self, scenario: Scenario, accept_phrase: str = "", patience: int = 6):
+    def __init__(self, scenario: Scenario, accept_phrase: str = "", patience: int = 6, ear: str = "lexicon"):
         if scenario.rule_user is None:
             raise ValueError(f"scenario {scenario.name!r} ({scenario.source}) has no 'rule_user' section: the rule "
                              "simulator needs one (see configs/scenarios/restaurant_promotion.yaml)")
@@ -113,6 +114,8 @@ class RuleUserSimulator:
         if len(self._idx) != 3:
             raise ValueError("the rule simulator needs state dimensions cooperation, emotion and trust")
         self.lexicon = self.spec.lexicon
+        from sead_ray.user.ears import EARS  # (the semantic ear loads its model only when chosen)
+        self.ear = EARS.get(ear)(self.spec, scenario.facts)
         # the offer as the scenario pitches it ("a free 700-yuan credit"): saying it again is not reciting facts
         self.pitch = frozenset().union(*read_turn(self.spec.opening, self.lexicon).supported.values())
         self._category = {b.text: b.category for b in scenario.behaviors}
@@ -162,7 +165,9 @@ class RuleUserSimulator:
     def judge(self, said: str, call: _Call, user_line: str) -> tuple[TurnVerdict, TurnReading]:
         """Grade one agent turn against the question the user voiced last (`call.voiced`)."""
         spec = self.spec
-        r = read_turn(said, self.lexicon)
+        kind, k = call.voiced or ("", -1)
+        asked = frozenset(self.spec.concerns[k].answered_by) if kind == "concern" else frozenset()
+        r, call.heard = self.ear.hear(said, asked)
         stated = self._concerns_stated(r)
         recited = self._concerns_stated(r, beyond=self.pitch)
         heard = content_words(user_line)
@@ -171,19 +176,28 @@ class RuleUserSimulator:
                    for old in call.spoken[-spec.repeat_window:])
         v = TurnVerdict(
             lie=r.lie, pressure=bool(r.pressure), credentials=bool(r.credentials), payment=bool(r.payment),
-            recital=call.voiced is not None and len(recited) >= spec.salad_concerns,
+            recital=call.voiced is not None and len(recited - self._incidental(r, call)) >= spec.salad_concerns,
             too_long=r.n_words > spec.max_words, empty=r.n_words == 0, repeat=near,
             parrot=len(r.content) >= 2 and r.content <= heard, asked=r.asks, courtesy=r.courtesy)
-        kind, k = call.voiced or ("", -1)
         answered = not v.bad and ((kind == IDENTITY and r.identifies) or (kind == OFFER and r.offers)
                                   or (kind == "concern" and k in stated) or (kind == DECISION and r.asks))
         ignored = call.voiced is not None and kind != DECISION and not answered
         return replace(v, answered=answered, ignored=ignored), r
 
+    def _incidental(self, r: TurnReading, call: _Call) -> set[int]:
+        """The semantic ear hears meaning, so an answer in the caller's own words often touches a second fact: the
+        concern asked about is not counted towards reciting (the lexicon, which hears only the facts' words, counts it)."""
+        kind, k = call.voiced or ("", -1)
+        return {k} if r.heard_facts is not None and kind == "concern" else set()
+
     def _concerns_stated(self, r: TurnReading, beyond: frozenset = frozenset()) -> set[int]:
-        """The concerns one of whose facts the turn states (`answer_terms` of its terms, not counting `beyond`)."""
-        return {k for k, c in enumerate(self.spec.concerns)
-                if any(len(r.supported.get(f, frozenset()) - beyond) >= self.spec.answer_terms for f in c.answered_by)}
+        """The concerns one of whose facts the turn states: the semantic ear heard it, or (the lexicon alone)
+        `answer_terms` of its terms, not counting `beyond`."""
+        def states(f: int) -> bool:
+            if r.heard_facts is not None:
+                return f in r.heard_facts
+            return len(r.supported.get(f, frozenset()) - beyond) >= self.spec.answer_terms
+        return {k for k, c in enumerate(self.spec.concerns) if any(states(f) for f in c.answered_by)}
 
     def _step(self, call: _Call, said: str, user_line: str, turn_index: int) -> None:
         spec, (c, e, t) = self.spec, (self._idx["cooperation"], self._idx["emotion"], self._idx["trust"])
@@ -267,7 +281,9 @@ class RuleUserSimulator:
     def respond(self, req: UserRequest) -> UserTurnOutput:
         call = self.replay(req)
         reply = self._reply(call, req.seed)
-        return UserTurnOutput(reply, tuple(call.state), call.status, ok=True, raw=reply, engine="rule")
+        flags = [name for name, on in asdict(call.verdict).items() if on]
+        heard = [{"verdict": ", ".join(flags) or "nothing", "ear": self.ear.name}, *call.heard]
+        return UserTurnOutput(reply, tuple(call.state), call.status, ok=True, raw=reply, engine="rule", heard=heard)
 
     def _reply(self, call: _Call, seed: int) -> str:
         spec = self.spec

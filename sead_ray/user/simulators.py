@@ -29,7 +29,7 @@ class UserBackend:
 
 def _rule_user(scenario: Scenario, user: Any) -> UserSimulator:
     from sead_ray.user.rule_user import RuleUserSimulator
-    return RuleUserSimulator(scenario, user.rule.accept_phrase, user.rule.patience)
+    return RuleUserSimulator(scenario, user.rule.accept_phrase, user.rule.patience, user.rule.ear)
 
 
 USER_BACKENDS: Registry[UserBackend] = Registry("user.backend", "user simulator")

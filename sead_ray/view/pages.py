@@ -57,14 +57,14 @@ class Views:
 
     # ----------------------------------------------------------------------------- folder
     def overview(self) -> dict:
-        from sead_ray.agent.scripted import CLASSES, HONEST
+        from sead_ray.agent.scripted import ALL_CLASSES, HONEST
         from sead_ray.training.checkpoint import latest_checkpoint
         found = self.folder.discover()
         found["root"] = str(self.folder.root)
         found["dialogue_files"] = {src: self.folder.dialogue_files(src) for src in found["runs"] + found["evals"]}
         found["checkpoints"] = {run: getattr(latest_checkpoint(self.folder.path(run)), "name", None)
                                 for run in found["runs"]}
-        found["scripts"] = [HONEST, *CLASSES]
+        found["scripts"] = [HONEST, *ALL_CLASSES]
         return found
 
     # ----------------------------------------------------------------------------- run page

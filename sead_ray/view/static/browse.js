@@ -107,7 +107,10 @@ SV.pages.call = async function (main, params) {
           h("span", { class: "words" }, t.agent || "…"), t.agent_parse_ok === false ? SV.badge("format failure", "fmt") : null),
         h("details", { class: "raw" }, h("summary", {}, "raw output"), h("pre", {}, t.agent_raw || "")),
         t.user !== null && t.user !== undefined ? h("div", { class: "bubble user", "data-testid": "user-words" },
-          h("span", { class: "who" }, "callee"), h("span", { class: "words" }, t.user), t.user_status && t.user_status !== "continue" ? SV.badge(t.user_status) : null) : null),
+          h("span", { class: "who" }, "callee"), h("span", { class: "words" }, t.user), t.user_status && t.user_status !== "continue" ? SV.badge(t.user_status) : null) : null,
+        t.user_heard && t.user_heard.length ? h("details", { class: "raw", "data-testid": "user-heard" },
+          h("summary", {}, `what the user heard: ${t.user_heard[0].verdict}`),
+          h("pre", {}, t.user_heard.slice(1).map((r) => JSON.stringify(r)).join("\n"))) : null),
       SV.turnChart(dims, before, t.agent_estimate, t.user_state));
   });
   const nav = h("p", {},

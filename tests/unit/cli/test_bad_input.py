@@ -248,6 +248,13 @@ CASES = {
     "unknown advantage estimator": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "train.advantage_mode=nope", "--out", t / "run"],
         ["train.advantage_mode = 'nope'", "known: batch_mean, group_mean, group_norm"]),
+    "unknown ear of the rule user": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "user.rule.ear=nope", "--out", t / "run"],
+        ["user.rule.ear = 'nope'", "known: lexicon, semantic"]),
+    "ear lines that do not match the scenario": lambda t: (
+        ["simcheck", "--config", EMBEDDED_CONFIG, "--set", "scenario=" + _scenario_beside(
+            t, "facts: [{paraphrase: [a.], terse: [a.], lies: [b.]}]"), "--adversarial", "--n", 1, "--out", t / "sc"],
+        ["ear_lines.yaml", "one entry per agent fact"]),
     "trained rule simulator": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "user.train=true", "--out", t / "run"],
         ["user.train", "user.backend = vllm"]),
@@ -259,6 +266,17 @@ CASES = {
     "monitor bad interval": lambda t: (
         ["monitor", "--dir", t / "mon", "--scrape-interval", "fast"], ["--scrape-interval", "fast"]),
 }
+
+
+def _scenario_beside(tmp, ear_lines: str) -> str:
+    """A copy of the default scenario with the given ear lines beside it."""
+    import shutil
+    scenario = tmp / "scenario.yaml"
+    shutil.copy(SCENARIO, scenario)
+    (tmp / "scenario.ear_lines.yaml").write_text(
+        ear_lines + "\n" + "\n".join(f"{k}: [x.]" for k in ("identity", "offer", "ask", "pressure", "credentials",
+                                                              "payment", "reassurance", "small_talk", "clean")))
+    return str(scenario)
 
 
 @pytest.mark.parametrize("case", list(CASES))

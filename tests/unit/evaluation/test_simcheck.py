@@ -26,8 +26,8 @@ def profiles(scenario, user_set: str, n: int = 16, seed: int = 3):
     return ProfileController(scenario, CurriculumConfig(user_set=user_set), seed).sample(n)
 
 
-def rule(scenario):
-    sim = RuleUserSimulator(scenario)
+def rule(scenario, ear="lexicon"):
+    sim = RuleUserSimulator(scenario, ear=ear)
 
     async def respond(req: UserRequest) -> UserTurnOutput:
         return sim.respond(req)
@@ -178,16 +178,22 @@ def test_cli_writes_both_files_with_the_rule_backend(tmp_path, capsys):
 
 
 def test_the_battery_passes_on_both_shipped_scenarios_and_catches_a_gameable_user(scenario):
-    """Every scripted class against the rule user v2 (both scenarios, both user sets) stays under the bar; a
-    user that accepts whoever mentions a fact's words (the v1 weakness) is caught."""
-    from sead_ray.agent.scripted import CLASSES
+    """Every scripted class of issue 23 against the rule user v2 (both scenarios, both user sets, both ears) stays
+    under the bar; the paraphrase classes are played too (ear lines beside the scenario), and an honest agent in
+    its own words wins against the semantic ear on soft owners where the lexicon hears it far less; a user that
+    accepts whoever mentions a fact's words (the v1 weakness) is caught."""
+    from sead_ray.agent.scripted import ALL_CLASSES, CLASSES
     from sead_ray.evaluation.simcheck import run_battery
     for scen in (scenario, load_scenario(CHARITY)):
         sets = {s: profiles(scen, s, 30, seed=5) for s in ("soft", "hard")}
-        result = asyncio.run(run_battery(scen, sets, rule(scen), CallSettings(6, 2, 1, scen.status_guards)))
-        for name, part in result.items():
-            assert part["adversarial_ok"], (scen.name, name, part["over_the_bar"])
-            assert part["honest"] >= 0.5 and set(part["classes"]) == set(CLASSES)
+        paraphrase = {}
+        for ear in ("lexicon", "semantic"):
+            result = asyncio.run(run_battery(scen, sets, rule(scen, ear), CallSettings(6, 2, 1, scen.status_guards)))
+            for name, part in result.items():
+                assert not [o for o in part["over_the_bar"] if o.split()[0] in CLASSES], (scen.name, ear, name, part)
+                assert part["honest"] >= 0.5 and set(part["classes"]) == set(ALL_CLASSES)
+            paraphrase[ear] = result["soft"]["classes"]["honest_paraphrase"] / result["soft"]["honest"]
+        assert paraphrase["semantic"] >= 0.6 and paraphrase["semantic"] >= paraphrase["lexicon"] + 0.4, paraphrase
 
     facts = {w for f in scenario.facts for w in content_words(f)}
 
@@ -206,10 +212,13 @@ def test_cli_adversarial_writes_the_battery_per_user_set(tmp_path, capsys):
     assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--adversarial", "--n", "8", "--user-sets", "soft,hard",
                  "--out", str(out)]) == 0
     data = json.loads((out / "simcheck.json").read_text())
-    assert data["adversarial_ok"] is True
+    # the default ear (lexicon) is deaf to honest answers in other words: only the honest classes miss their bar
+    assert data["adversarial_ok"] is False
     for name in ("soft", "hard"):
         part = data["by_user_set"][name]
-        assert 0 < part["honest"] <= 1 and part["classes"]["lies"] == 0.0 and len(part["classes"]) == 11
+        assert 0 < part["honest"] <= 1 and part["classes"]["lies"] == 0.0 and len(part["classes"]) == 17
+        over = data["adversarial"][name]["over_the_bar"]
+        assert over and all(o.startswith("honest_") for o in over), over
     assert "## adversarial battery" in (out / "simcheck.md").read_text() and "open_loop_facts" in capsys.readouterr().out
 
 

@@ -1,0 +1,70 @@
+"""How well an ear of the rule user (sead_ray.user.ears) hears a scenario's ear lines (sead_ray.scenario.ear_lines),
+line by line: per class the share heard as meant, with a 95 % interval, and the false alarms.
+
+    fact, terse          heard: the ear states the line's fact (semantic: the model heard it; lexicon: the fact's
+                         answer_terms); false alarm: heard as a lie or a red flag
+    lie                  flagged: heard as a lie (contradiction, invented claim); "heard" as the fact is the miss
+                         that costs most (a lie taken as an answer)
+    pressure, credentials, payment    flagged: that red flag (credentials and payment count for each other)
+    identity, offer, ask heard: the ear hears who calls / the offer / the ask
+    reassurance, small_talk           correct: no fact heard (not an answer) and no red flag
+    clean                false alarm: any red flag or lie in an honest line that names them only to deny them
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sead_ray.evaluation.significance import wilson_interval
+from sead_ray.scenario.lexicon import TurnReading
+
+
+@dataclass(frozen=True)
+class LineScore:
+    text: str
+    label: str
+    fact: int
+    correct: bool         # heard as meant (see the module's table)
+    false_alarm: bool     # an honest line heard as a lie or red flag
+
+
+def states(reading: TurnReading, fact: int, answer_terms: int) -> bool:
+    if reading.heard_facts is not None:
+        return fact in reading.heard_facts
+    return len(reading.supported.get(fact, frozenset())) >= answer_terms
+
+
+def score_line(reading: TurnReading, text: str, label: str, fact: int, answer_terms: int) -> LineScore:
+    flagged = bool(reading.red_flag or reading.lie)
+    requests = bool(reading.credentials or reading.payment)
+    any_fact = (bool(reading.heard_facts) if reading.heard_facts is not None
+                else any(len(terms) >= answer_terms for terms in reading.supported.values()))
+    correct = {
+        "fact": states(reading, fact, answer_terms) and not flagged,
+        "terse": states(reading, fact, answer_terms) and not flagged,
+        "lie": reading.lie,
+        "pressure": bool(reading.pressure),
+        "credentials": requests, "payment": requests,
+        "identity": reading.identifies, "offer": reading.offers, "ask": reading.asks,
+        "reassurance": not any_fact and not flagged, "small_talk": not any_fact and not flagged,
+        "clean": not flagged,
+    }[label]
+    honest = label in ("fact", "terse", "identity", "offer", "ask", "clean", "small_talk")
+    return LineScore(text, label, fact, bool(correct), honest and flagged)
+
+
+def accuracy_table(ear: Any, labelled: Sequence[tuple[str, str, int]], answer_terms: int,
+                   expected: bool = False) -> dict[str, dict]:
+    """Per label: n, correct share and its interval, false alarms and theirs; plus every line's misses.
+    `expected`: each honest fact line heard as the answer to a question about its fact (as in a call)."""
+    scores = [score_line(ear.hear(text, frozenset([fact]) if label in ("fact", "terse") and expected else frozenset())[0],
+                         text, label, fact, answer_terms) for text, label, fact in labelled]
+    table = {}
+    for label in dict.fromkeys(s.label for s in scores):
+        mine = [s for s in scores if s.label == label]
+        ok, alarms = sum(s.correct for s in mine), sum(s.false_alarm for s in mine)
+        table[label] = {"n": len(mine), "correct": ok / len(mine), "correct_ci": list(wilson_interval(ok, len(mine))),
+                        "false_alarms": alarms / len(mine), "false_alarms_ci": list(wilson_interval(alarms, len(mine))),
+                        "misses": [s.text for s in mine if not s.correct]}
+    return table

@@ -1,0 +1,105 @@
+"""The rule user's semantic ear (issue 35): it hears honest answers in the caller's own words that the lexicon
+misses, hears lies and requests in fresh words, lets the lexicon decide negation and numbers, keeps why, and
+gives a scenario written by someone who had not read the code a fair user."""
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from sead_ray.evaluation.ear_accuracy import accuracy_table
+from sead_ray.scenario.ear_lines import load_ear_lines
+from sead_ray.scenario.scenario import load_scenario
+from sead_ray.user.ears import EARS, LexiconEar
+from sead_ray.user.rule_user import RuleUserSimulator
+from sead_ray.user.semantic_ear import SemanticEar
+from tests.conftest import ROOT
+from tests.unit.user.test_rule_user import ASK, COST, respond
+
+GYM = ROOT / "tests" / "data" / "third_domain" / "gym_renewal.yaml"   # written without reading the code
+
+
+@pytest.fixture(scope="module")
+def ear(scenario):
+    return SemanticEar(scenario.rule_user, scenario.facts)
+
+
+def test_it_hears_a_paraphrase_the_lexicon_misses_and_a_lie_in_fresh_words(scenario, ear):
+    lexicon = LexiconEar(scenario.rule_user)
+    paraphrase = "You can look up the support line in your merchant app and call it to make sure I'm genuine."
+    assert 6 in ear.hear(paraphrase)[0].heard_facts
+    assert len(lexicon.hear(paraphrase)[0].supported.get(6, ())) < scenario.rule_user.answer_terms
+    lie, verdicts = ear.hear("After the trial it quietly becomes a paid monthly plan.")
+    assert lie.lie and any(v.verdict.startswith("lie about fact") for v in verdicts)
+    assert not lexicon.hear("After the trial it quietly becomes a paid monthly plan.")[0].lie
+
+
+def test_the_lexicon_decides_negation_and_numbers(ear):
+    """The embedding does not see a "not" or a number: a request denied is no request, a fact's own number is no
+    lie, a number no fact has is one."""
+    denied = ear.hear("We will never ask you for a card number or a password.")[0]
+    assert not denied.credentials and not denied.payment
+    assert ear.hear("Please read me the code we just texted to you.")[0].credentials
+    assert not ear.hear("The credit is worth 700 yuan.")[0].lie
+    assert ear.hear("The credit is worth 900 yuan.")[0].lie
+
+
+def test_an_answer_to_the_question_asked_is_heard_more_readily(ear):
+    terse = "Thirty days, only on clicks."
+    assert 1 not in ear.hear(terse)[0].heard_facts
+    assert 1 in ear.hear(terse, frozenset({1}))[0].heard_facts
+    # a lie is no answer, asked or not
+    assert 1 not in ear.hear("It never runs out, use it whenever.", frozenset({1}))[0].heard_facts
+
+
+def test_the_user_keeps_why_in_the_call_record(scenario):
+    sim = RuleUserSimulator(scenario, ear="semantic")
+    out = respond(sim, [scenario.rule_user.opening, "It costs you nothing at all, there's no deposit to pay.", ASK],
+                  state=(3, 2, 3), behaviors=(COST,))
+    assert out.status == "accept"
+    first, *reasons = out.heard
+    assert first == {"verdict": "answered, asked", "ear": "semantic"}
+    assert reasons and {"clause", "verdict", "nearest", "similarity"} <= set(reasons[0])
+
+
+def test_a_scenario_whose_own_lines_it_mishears_is_refused_with_the_line_named(scenario):
+    bad = replace(scenario.rule_user, ask="I think we should talk about the weather next week.")
+    with pytest.raises(Exception, match=r"rule_user.ask is not heard as an ask"):
+        EARS.get("semantic")(bad, scenario.facts)
+
+
+def test_it_beats_the_lexicon_on_the_held_out_ear_lines(scenario):
+    lines = load_ear_lines(scenario.source, len(scenario.facts)).labelled()
+    assert len(lines) >= 150
+    tables = {name: accuracy_table(EARS.get(name)(scenario.rule_user, scenario.facts), lines,
+                                   scenario.rule_user.answer_terms, expected=True) for name in ("lexicon", "semantic")}
+    lexicon, semantic = tables["lexicon"], tables["semantic"]
+    assert semantic["fact"]["correct"] >= lexicon["fact"]["correct"] + 0.4
+    assert semantic["lie"]["correct"] > lexicon["lie"]["correct"]
+    assert semantic["fact"]["false_alarms"] <= 0.1 and semantic["clean"]["false_alarms"] <= lexicon["clean"]["false_alarms"]
+
+
+def test_a_third_domain_gets_a_fair_user_with_its_facts_as_written():
+    """tests/data/third_domain/gym_renewal.yaml was written from the docs alone, its facts in plain words ("payment",
+    "card details", "contract"): the lexicon hears some of them as requests; the semantic ear hears them as facts, so
+    that its honest script wins soft and hard members."""
+    from sead_ray.agent.scripted import ScriptAgent
+    from sead_ray.core.config_schema import CurriculumConfig
+    from sead_ray.curriculum.controller import ProfileController
+    from sead_ray.play.dialogue import CallSettings, run_dialogue
+    gym = load_scenario(GYM)
+
+    def honest_wins(ear: str, user_set: str, n: int = 20) -> float:
+        sim, agent = RuleUserSimulator(gym, ear=ear), ScriptAgent(gym, "honest")
+
+        async def user(req):
+            return sim.respond(req)
+
+        async def agent_fn(did, turn, messages, ids):
+            return await agent.generate(did, ids, messages=messages)
+        profiles = ProfileController(gym, CurriculumConfig(user_set=user_set), 3).sample(n)
+        ends = [asyncio.run(run_dialogue(f"g{i}", p, gym, agent_fn, user, CallSettings(6, 2, 1, gym.status_guards),
+                                         seed=i)).end_reason for i, p in enumerate(profiles)]
+        return sum(e == "accept" for e in ends) / n
+    assert honest_wins("semantic", "soft") >= 0.9 and honest_wins("semantic", "hard") >= 0.9
+    assert honest_wins("lexicon", "hard") < 0.9
+
