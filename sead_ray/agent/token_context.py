@@ -51,6 +51,12 @@ class IncrementalChatEncoder:
         else:  # cut by max_tokens: close the turn as the template would
             self._append(self._encode(self._end_of_turn), 0)
 
+    def add_scripted(self, text: str) -> None:
+        """An agent turn the policy did not generate (a scripted start: sead_ray.play.starts), as the agent's own
+        earlier turn: `text` after the prefill, then the template's end of turn, all out of the loss (mask 0)."""
+        self._append(self._encode(text[len(self.prefill):] if text.startswith(self.prefill) else text), 0)
+        self._append(self._encode(self._end_of_turn), 0)
+
     def add_user(self, content: str) -> None:
         self._append(self._encode(self._user_prefix + content + self._user_suffix + self.prefill), 0)
 

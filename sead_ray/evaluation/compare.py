@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Optional
 
-from sead_ray.evaluation.metrics import compute_metrics, dimensions_of, estimate_pairs, mean_std
+from sead_ray.evaluation.metrics import compute_metrics, dimensions_of, estimate_pairs, mean_std, policy_turns
 from sead_ray.evaluation.significance import mcnemar_exact_greater, wilson_interval
 from sead_ray.scenario.state import StateSchema
 
@@ -41,8 +41,8 @@ def upa_parts(records: Sequence[Mapping], dims: Sequence[tuple[str, int]]) -> di
     acc, init, mid, turns = [], [], [], 0
     middle = {name: hi / 2 for name, hi in dims}
     for r in records:
-        pairs, _ = estimate_pairs(r, dims)
-        turns += len(r["turns"])
+        pairs = estimate_pairs(r, dims)[0]
+        turns += len(policy_turns(r))
         for est, seen in pairs:
             acc.append(turn_accuracy(est, seen, dims))
             init.append(turn_accuracy(r["profile"], seen, dims))
@@ -73,10 +73,10 @@ def _row(agent: str, records: Sequence[Mapping], schema: Optional[StateSchema],
     row: dict = {"agent": agent, "n": len(played), "errors": len(records) - len(played), "successes": k,
                  "cr": m.cr, "cr_low": low, "cr_high": high, "att": m.att, "att_std": m.att_std,
                  **upa_parts(played, dims), **call_cost(played, price)}
-    finals = [estimate_pairs(r, dims)[1] for r in played]
+    starts_finals = [estimate_pairs(r, dims)[1:] for r in played]
     names = {name for name, _ in dims}
     for key, name in DELTA_KEYS:
-        mean, std = mean_std([f[name] - r["profile"][name] for f, r in zip(finals, played)] if name in names else [])
+        mean, std = mean_std([final[name] - start[name] for start, final in starts_finals] if name in names else [])
         row[key], row[f"{key}_std"] = mean, std
     return row
 

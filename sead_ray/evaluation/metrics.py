@@ -2,6 +2,9 @@
 
 - CR: share of dialogues ended by the simulator with a success status (accept).
 - ATT: mean (and population std) of agent turns over successful dialogues only; null if none.
+
+A call that started deeper (the honest script played its first turns: `turns[].scripted`) counts only the policy's
+own turns: ATT, UPA and parse failures over them, EI / TI / CI from the state the policy took over at.
 - UPA = 1 - mean over dimensions of MAE_d / max_level_d, pooled over every agent turn that gave an
   estimate; the estimate of turn t is compared with the user state the agent last saw (turn t-1's
   state, the profile's initial state for t = 1).
@@ -131,17 +134,26 @@ def mean_std(xs: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
     return (None, None) if m is None else (m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs)))
 
 
-def estimate_pairs(record: Mapping, dims: Sequence[tuple[str, int]]) -> tuple[list[tuple[Mapping, dict]], dict]:
-    """(estimate, the simulator state the agent last saw) for each agent turn that gave an estimate, the
-    pairs UPA is scored on, and the simulator's final state (its initial one if it never reported)."""
+def policy_turns(record: Mapping) -> list[Mapping]:
+    """The turns the policy generated (a scripted start's are not the policy's)."""
+    return [t for t in record["turns"] if not t.get("scripted")]
+
+
+def estimate_pairs(record: Mapping, dims: Sequence[tuple[str, int]]) -> tuple[list[tuple[Mapping, dict]], dict, dict]:
+    """(estimate, the simulator state the agent last saw) for each policy turn that gave an estimate, the pairs
+    UPA is scored on; the simulator's state when the policy took over (the profile's, or after a scripted start)
+    and its final state (the one before if it never reported)."""
     seen = {name: record["profile"][name] for name, _ in dims}
+    start = seen
     pairs = []
     for t in record["turns"]:
-        if t.get("agent_estimate") is not None:
+        if t.get("agent_estimate") is not None and not t.get("scripted"):
             pairs.append((t["agent_estimate"], seen))
         if t.get("user_state") is not None:
             seen = {name: t["user_state"][name] for name, _ in dims}
-    return pairs, seen
+        if t.get("scripted"):
+            start = seen
+    return pairs, start, seen
 
 
 def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = None) -> DialogueMetrics:
@@ -149,7 +161,7 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
     dims = dimensions_of(schema)
     records = list(records)
     n = len(records)
-    success_turns = [len(r["turns"]) for r in records if r["outcome"] == "success"]
+    success_turns = [len(policy_turns(r)) for r in records if r["outcome"] == "success"]
     abs_err = {name: [] for name, _ in dims}
     deltas = {name: [] for name, _ in dims}
     end_reasons = {reason: 0 for reason in END_REASONS}
@@ -158,14 +170,13 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
     timed = 0
     for r in records:
         end_reasons[r["end_reason"]] += 1
-        profile = r["profile"]
-        pairs, final = estimate_pairs(r, dims)
+        pairs, start, final = estimate_pairs(r, dims)
         for est, seen in pairs:
             for name, _ in dims:
                 abs_err[name].append(abs(float(est[name]) - seen[name]))
-        agent_fail += sum("agent_parse_ok" in t and not t["agent_parse_ok"] for t in r["turns"])
+        agent_fail += sum("agent_parse_ok" in t and not t["agent_parse_ok"] for t in policy_turns(r))
         for name, _ in dims:
-            deltas[name].append(final[name] - profile[name])
+            deltas[name].append(final[name] - start[name])
         user_fail += int(r.get("user_parse_failures", 0) or 0)
         tokens += int(r.get("agent_tokens", 0) or 0)
         timing = r.get("timing")

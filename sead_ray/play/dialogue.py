@@ -8,7 +8,7 @@ agent's prompt unless the training-only `privileged_user_view` option is on.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -19,6 +19,7 @@ from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State, StateSchema
 from sead_ray.scenario.turn_protocol import (
     AgentFn,
+    AgentTurnOutput,
     ChatEncoder,
     UserFn,
     UserRequest,
@@ -60,9 +61,10 @@ class Turn:
     user_parse_ok: bool = True
     agent_prompt_tokens: int = 0   # endpoint agents: prompt tokens billed for the turn
     user_heard: list[dict] = field(default_factory=list)   # the rule user: its verdict on this turn and why
+    scripted: bool = False         # played by the honest script before the policy took over (a deeper start)
 
     def to_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "user_heard" or v}
+        return {k: v for k, v in self.__dict__.items() if k not in ("user_heard", "scripted") or v}
 
 
 @dataclass
@@ -100,12 +102,17 @@ class Trajectory:
         return self.outcome == "success"
 
     @property
+    def policy_turns(self) -> list[Turn]:
+        """The turns the policy generated (not those of a scripted start)."""
+        return [t for t in self.turns if not t.scripted]
+
+    @property
     def agent_parse_failures(self) -> int:
-        return sum(not t.agent_parse_ok for t in self.turns)
+        return sum(not t.agent_parse_ok for t in self.policy_turns)
 
     @property
     def policy_versions(self) -> list[int]:
-        return sorted({t.policy_version for t in self.turns})
+        return sorted({t.policy_version for t in self.policy_turns})
 
     def to_json(self, scenario: Scenario) -> dict:
         """The dialogues-file record (format of `sead-ray metrics`)."""
@@ -115,13 +122,15 @@ class Trajectory:
             "turns": [t.to_json() for t in self.turns],
             "outcome": self.outcome, "end_reason": self.end_reason, "error": self.error,
             "n_agent_turns": len(self.turns),
-            "policy_version": min(self.policy_versions) if self.turns else None,
+            "policy_version": min(self.policy_versions) if self.policy_versions else None,
             "policy_versions": self.policy_versions,
             "user_policy_version": min(u.policy_version for u in self.user_turns) if self.user_turns else None,
             "agent_tokens": sum(t.agent_tokens for t in self.turns),
             "agent_parse_failures": self.agent_parse_failures, "replays": self.replays,
             "user_parse_failures": self.user_parse_failures, "user_step_clamps": self.user_step_clamps,
             "user_status_overrides": self.user_status_overrides,
+            **({"scripted_turns": len(self.turns) - len(self.policy_turns)} if len(self.policy_turns) < len(self.turns)
+               else {}),
             "timing": {"agent_s": round(self.agent_seconds, 4), "user_s": round(self.user_seconds, 4),
                        "wall_s": round(self.wall_seconds, 4),
                        "accel_s": round(self.accel_seconds, 4) if self.accel_seconds else None},
@@ -138,9 +147,11 @@ def apply_simulator_rules(schema: StateSchema, settings: CallSettings, profile: 
 
 
 async def run_dialogue(dialogue_id: str, profile: Profile, scenario: Scenario, agent: AgentFn, user: UserFn,
-                       settings: CallSettings, *, seed: int = 0, encoder: Optional[ChatEncoder] = None) -> Trajectory:
+                       settings: CallSettings, *, seed: int = 0, encoder: Optional[ChatEncoder] = None,
+                       scripted: Sequence[str] = ()) -> Trajectory:
     """Play one call to its end. Never raises on model output; back-end failures end the dialogue
-    with end_reason 'error' and keep the turns played so far."""
+    with end_reason 'error' and keep the turns played so far. `scripted`: the first agent turns, as the agent's
+    raw output, played for it (a start deeper into the call, sead_ray.play.starts); the policy takes over after."""
     schema = scenario.schema
     max_turns, privileged_user_view = settings.max_turns, settings.privileged_user_view
     started = time.perf_counter()
@@ -165,21 +176,29 @@ async def run_dialogue(dialogue_id: str, profile: Profile, scenario: Scenario, a
     for turn_index in range(max_turns):
         messages = agent_messages(scenario, user_spoken, agent_raw,
                                   privileged_states=seen_states if privileged_user_view else None)
-        t0 = time.perf_counter()
-        try:
-            out = await agent(dialogue_id, turn_index, messages, encoder.prompt_ids() if encoder else None)
-        except Exception as exc:  # a dead or failing agent engine ends this dialogue, not the run
+        if turn_index < len(scripted):
+            raw = scripted[turn_index]
+            if encoder is not None:
+                encoder.add_scripted(raw)
+            out = AgentTurnOutput(raw[len(settings.agent_prefill):] if raw.startswith(settings.agent_prefill) else raw,
+                                  policy_version=-1)
+        else:
+            t0 = time.perf_counter()
+            try:
+                out = await agent(dialogue_id, turn_index, messages, encoder.prompt_ids() if encoder else None)
+            except Exception as exc:  # a dead or failing agent engine ends this dialogue, not the run
+                traj.agent_seconds += time.perf_counter() - t0
+                return finish("error", f"agent failed at turn {turn_index + 1}: {exc!r}")
             traj.agent_seconds += time.perf_counter() - t0
-            return finish("error", f"agent failed at turn {turn_index + 1}: {exc!r}")
-        traj.agent_seconds += time.perf_counter() - t0
-        if encoder is not None:
-            encoder.add_generation(list(out.token_ids), list(out.logprobs))
-        raw = settings.agent_prefill + out.text   # the turn as the agent's context holds it
+            if encoder is not None:
+                encoder.add_generation(list(out.token_ids), list(out.logprobs))
+            raw = settings.agent_prefill + out.text   # the turn as the agent's context holds it
         parsed = parse_agent_output(raw, schema)
         agent_raw.append(raw)
         agent_spoken.append(parsed.reply or "...")
         turn = Turn(parsed.reply, parsed.estimate, raw, parsed.ok, out.policy_version,
-                    len(out.token_ids) or out.completion_tokens, agent_prompt_tokens=out.prompt_tokens)
+                    len(out.token_ids) or out.completion_tokens, agent_prompt_tokens=out.prompt_tokens,
+                    scripted=turn_index < len(scripted))
         turns.append(turn)
 
         reply = None
