@@ -125,6 +125,10 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
         negative = {m: v for m, v in getattr(cfg.cost, table).items() if v < 0}
         if negative:
             raise ConfigError(f"{where}: cost.{table}: prices must be >= 0, got {negative}")
+    if cfg.train.warm_start != "none" and not '{"reply": "'.startswith(cfg.dialogue.agent_prefill):
+        raise ConfigError(f"{where}: train.warm_start = {cfg.train.warm_start} writes agent turns in the agent's format "
+                          f"({{\"reply\": ..., \"estimate\": ...}}): dialogue.agent_prefill must be the start of it "
+                          f"(the default, or ''), got {cfg.dialogue.agent_prefill!r}")
     if cfg.user.train and cfg.placement.colocate:
         raise ConfigError(f"{where}: user.train = true needs placement.colocate = false (the simulator's trainer "
                           "has GPUs of its own)")

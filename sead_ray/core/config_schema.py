@@ -72,6 +72,12 @@ class TrainConfig:
     micro_batch_size: int = option(4, 1, 4096)
     max_seq_len: int = option(4096, 64, 1 << 20)
     gradient_checkpointing: bool = option(True, doc="recompute layer activations in backward (long calls fit in memory)")
+    warm_start: Literal["none", "sop_rehearsal"] = option(
+        "none", doc="before iteration 1: none (the paper), or sop_rehearsal: fine-tune the agent on the calls the "
+        "scenario's honest script wins against the run's simulator, in the agent's own format (sead_ray.training."
+        "warm_start); checkpointed as iteration 0")
+    warm_start_steps: int = option(20, 1, 100000, "SOP rehearsal: fine-tuning steps")
+    warm_start_calls: int = option(8, 1, 100000, "SOP rehearsal: script calls played per step (those won are learned)")
     eval_every: int = option(0, 0, 100000,
                              "evaluate greedily on a fixed held-out profile set every K iterations (0 = never)")
     eval_profiles: int = option(16, 1, 100000, "size of the held-out profile set (drawn once per run)")

@@ -106,10 +106,11 @@ def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: T
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
-    """Remove complete checkpoints older than the newest `keep` (never the one `latest` names)."""
+    """Remove complete checkpoints older than the newest `keep` (never the one `latest` names, nor iteration 0:
+    a warm start's weights, the self-play's baseline)."""
     latest = latest_checkpoint(run_dir)
     complete = complete_checkpoints(run_dir)
-    removed = [p for p in complete[:-keep] if p != latest]
+    removed = [p for p in complete[:-keep] if p != latest and p.name != "iter_0000"]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
     return removed

@@ -14,13 +14,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from sead_ray.agent.scripted import HONEST, ScriptAgent
 from sead_ray.core.config import SeadConfig
 from sead_ray.core.jsonl import write_json
 from sead_ray.core.roles import ROLES
+from sead_ray.curriculum.controller import ProfileController
 from sead_ray.play.dialogue import Trajectory
 from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
 from sead_ray.scenario.profiles import Profile
@@ -30,6 +32,7 @@ from sead_ray.training.checkpoint import CheckpointError, TrainState, save_check
 from sead_ray.training.grpo import compute_advantages
 from sead_ray.training.rewards import REWARDS, simulator_reward
 from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult, TrainerError
+from sead_ray.training.warm_start import WARM_START_SEED, rehearsal_samples
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +171,46 @@ class SelfEvolutionLoop:
                  self.cfg.weight_sync.transport)
         return Learning(rewards, step, sync, sync.version)
 
+    async def warm_start(self) -> None:
+        """SOP rehearsal before iteration 1 (train.warm_start, sead_ray.training.warm_start): the honest script plays
+        calls against the run's simulator on profiles drawn apart from every other draw; the agent fine-tunes on those
+        it won, one step per train.warm_start_calls calls, and the result is checkpointed as iteration 0 (kept by
+        every retention: `RUN@iter_0000`). Done once: a run resumed after it goes on from that checkpoint."""
+        train = self.cfg.train
+        if train.warm_start == "none" or self.done.iteration > 0 or self.done.version("agent") > 0:
+            return
+        endpoints = self.system.endpoints()
+        script = RolloutEndpoints(ScriptAgent(self.scenario, HONEST), endpoints.users, None, endpoints.engines)
+        draws = ProfileController(self.scenario, replace(self.cfg.curriculum, mode="uniform"),
+                                  self.cfg.seed + WARM_START_SEED)
+        version, calls = self.done.version("agent"), []
+        for step in range(1, train.warm_start_steps + 1):
+            rollout = await self._unless_stopped(run_dialogues(
+                script, self.cfg, self.scenario, draws.sample(train.warm_start_calls), iteration=0,
+                phase=f"warm start {step}/{train.warm_start_steps}", sampling=self.cfg.dialogue.agent_train,
+                seed_iteration=-step))
+            samples = rehearsal_samples(rollout.played, self.scenario, endpoints.tokenizer, train.max_seq_len,
+                                        self.cfg.dialogue.agent_prefill)
+            calls += rollout.trajectories
+            if not samples:
+                log.warning("warm start step %d: the honest script won none of its %d calls: nothing to learn from",
+                            step, len(rollout.played))
+                continue
+            self.weights_ahead = True
+            metrics = await self.system.grpo_step(samples, "agent")
+            version = (await self.system.publish("agent")).version
+            log.info("warm start step %d/%d: %d script calls won of %d, loss %.3f (%d tokens); weights v%d",
+                     step, train.warm_start_steps, len(samples), len(rollout.played), metrics.loss,
+                     metrics.agent_tokens, version)
+        self.done = TrainState(0, self.done.controller, {**self.done.versions, "agent": version})
+        self.weights_ahead = False
+        played = RolloutResult(calls, 0.0, 0, endpoints.engines)
+        records = write_dialogues(self.run_dir / "dialogues" / "warm_start.jsonl", played, self.scenario)
+        await self.system.record_iteration(0, "warm_start", records, {"warm_start": train.warm_start,
+                                                                       "warm_start_steps": train.warm_start_steps,
+                                                                       "policy_version": version})
+        self.save(force=True)
+
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
         snapshot = await self.system.update_curriculum((t.profile.state, t.success) for t in dialogues.rollout.played)
         write_json(self.run_dir / "curriculum" / f"iter_{iteration:04d}.json", {"iteration": iteration, **snapshot})
@@ -204,8 +247,9 @@ class SelfEvolutionLoop:
     async def run(self) -> None:
         train = self.cfg.train
         held_out = train.eval_every and self.held_out
-        if held_out and self.done.iteration == 0:
-            await self.evaluate_held_out(0)     # the untrained policy, the curve's first point
+        await self.warm_start()
+        if held_out and self.done.iteration == 0 and not self._evaluated(0):
+            await self.evaluate_held_out(0)     # the policy before self-play (warm-started or not): the first point
         for iteration in range(self.done.iteration + 1, train.iterations + 1):
             if self.stop_requested:
                 raise StopRequested
@@ -239,10 +283,11 @@ class SelfEvolutionLoop:
                 log.error("could not checkpoint iteration %d after the failure: %r", self.done.iteration, exc)
             raise
 
-    def save(self, stopping: bool = False) -> None:
-        """Checkpoint the last completed iteration (if not saved yet). `stopping`: not when the run's last save
-        took longer than train.stop_save_max_s and a checkpoint exists (the stop must end in time)."""
-        if self.done.iteration <= self.saved_iteration:
+    def save(self, stopping: bool = False, force: bool = False) -> None:
+        """Checkpoint the last completed iteration (if not saved yet; `force`: the warm start's iteration 0).
+        `stopping`: not when the run's last save took longer than train.stop_save_max_s and a checkpoint exists
+        (the stop must end in time)."""
+        if self.done.iteration <= self.saved_iteration and not force:
             return
         limit = self.cfg.train.stop_save_max_s
         if stopping and self.saved_iteration and self.last_save_s is not None and self.last_save_s > limit:
@@ -275,6 +320,9 @@ class SelfEvolutionLoop:
                  self.cfg.train.iterations, row["cr"] or 0.0, extra["reward_mean"], step.loss,
                  "-" if step.skipped else f"{step.logprob_mismatch_mean:.2e}", seconds)
         return row
+
+    def _evaluated(self, iteration: int) -> bool:
+        return (self.run_dir / "dialogues" / f"eval_{iteration:04d}.jsonl").exists()
 
     async def _unless_stopped(self, coro):
         """Run phase 2, cancelling it when a stop was requested (the iteration is then discarded)."""

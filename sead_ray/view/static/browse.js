@@ -104,6 +104,7 @@ SV.pages.call = async function (main, params) {
     return h("div", { class: "turn", "data-testid": "turn" },
       h("div", {},
         h("div", { class: "bubble agent", "data-testid": "agent-words" }, h("span", { class: "who" }, `agent · turn ${k + 1}` + (t.agent_tokens ? ` · ${t.agent_tokens} tokens` : "")),
+          t.scripted ? SV.badge("scripted start", "fmt") : null,
           h("span", { class: "words" }, t.agent || "…"), t.agent_parse_ok === false ? SV.badge("format failure", "fmt") : null),
         h("details", { class: "raw" }, h("summary", {}, "raw output"), h("pre", {}, t.agent_raw || "")),
         t.user !== null && t.user !== undefined ? h("div", { class: "bubble user", "data-testid": "user-words" },

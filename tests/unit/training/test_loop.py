@@ -259,3 +259,61 @@ def test_simulator_samples_train_only_the_simulators_tokens():
     assert len(samples) == 2
     assert samples[0].token_ids == [5, 6, 7, 8] and samples[0].loss_mask == [0, 0, 0, 1]   # cut at max_seq_len
     assert samples[0].rollout_logprobs == [0.0, 0.0, 0.0, -0.5] and samples[0].advantage == 0.75
+
+
+class PlainRuleUsers(RuleUsers):
+    def __init__(self, scenario):
+        self.sim = RuleUserSimulator(scenario)
+
+
+def test_sop_rehearsal_fine_tunes_on_the_won_script_calls_then_checkpoints_iteration_0_once(
+        scenario, smollm_tokenizer, tmp_path):
+    """train.warm_start = sop_rehearsal: before iteration 1 the honest script plays warm_start_calls calls per step
+    against the run's simulator; the agent trains on those it won, in its own format (every agent turn in the loss,
+    advantage 1, the estimate the state it last heard); iteration 0 is checkpointed and kept; a resumed run does not
+    rehearse again."""
+    from sead_ray.training.checkpoint import latest_checkpoint, load_train_state
+    tok = smollm_tokenizer
+    cfg = tiny_config("train.batch_size=2", "train.iterations=1", "train.warm_start=sop_rehearsal",
+                      "train.warm_start_steps=2", "train.warm_start_calls=3", "curriculum.user_set=soft",
+                      "train.eval_every=1", "train.eval_profiles=2", "train.keep_checkpoints=1")
+    endpoints = RolloutEndpoints(FakeAgentEndpoint(tok), PlainRuleUsers(scenario), tok, engines=1)
+    system = FakeLoopSystem(cfg, scenario, endpoints)
+    from sead_ray.runs.train import held_out_profiles
+    loop = SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict()),
+                             saved=False, held_out=held_out_profiles(cfg, scenario, tmp_path))
+    asyncio.run(loop.run())
+    rehearsal, grpo = system.trained[:2], system.trained[2:]
+    assert len(rehearsal) == 2 and len(grpo) == 1
+    calls = [json.loads(line) for line in (tmp_path / "dialogues" / "warm_start.jsonl").read_text().splitlines()]
+    assert len(calls) == 6 and sum(c["outcome"] == "success" for c in calls) == sum(len(b) for b in rehearsal) >= 4
+    for sample in (s for batch in rehearsal for s in batch):
+        assert sample.advantage == 1.0
+        trained = tok.decode([i for i, m in zip(sample.token_ids, sample.loss_mask) if m])
+        prefill = cfg.dialogue.agent_prefill     # context, not trained: each trained turn is the rest of the format
+        turns = [json.loads(prefill + part) for part in trained.split(tok.eos_token) if part]
+        assert turns and all(set(t) == {"reply", "estimate"} for t in turns)   # the agent's format, whole turns
+        assert turns[0]["reply"] == scenario.rule_user.opening
+    # the first estimate is the profile's state (what the agent "heard" before the call): the state it should estimate
+    first = calls[0]
+    won = [c for c in calls if c["outcome"] == "success"]
+    first_turn = tok.decode([i for i, m in zip(rehearsal[0][0].token_ids, rehearsal[0][0].loss_mask) if m])
+    assert json.loads(cfg.dialogue.agent_prefill + first_turn.split(tok.eos_token)[0])["estimate"] == \
+        {k: won[0]["profile"][k] for k in ("cooperation", "emotion", "trust")}
+    assert first["turns"][0]["agent"] == scenario.rule_user.opening
+    phases = [(r["iteration"], r["phase"]) for r in system.rows]
+    assert phases == [(0, "warm_start"), (0, "eval"), (1, "train"), (1, "eval")]
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*"))
+    assert kept == ["iter_0000", "iter_0001"]      # iteration 0 outlives keep_checkpoints = 1
+    assert load_train_state(tmp_path / "checkpoints" / "iter_0000").versions == {"agent": 2}
+    assert load_train_state(latest_checkpoint(tmp_path)).versions == {"agent": 3}
+
+    # resumed from iteration 0 (a stop right after the warm start): no second rehearsal, no second evaluation 0
+    again = FakeLoopSystem(cfg, scenario, endpoints)
+    start = load_train_state(tmp_path / "checkpoints" / "iter_0000")
+    resumed = SelfEvolutionLoop(cfg, scenario, again, tmp_path / "resumed", start, saved=True,
+                                held_out=held_out_profiles(cfg, scenario, tmp_path))
+    (tmp_path / "resumed" / "dialogues").mkdir(parents=True)
+    (tmp_path / "resumed" / "dialogues" / "eval_0000.jsonl").write_text("")
+    asyncio.run(resumed.run())
+    assert len(again.trained) == 1 and [r["phase"] for r in again.rows] == ["train", "eval"]
