@@ -191,7 +191,8 @@ def test_colocated_engines_sleep_through_each_step_and_wake_for_the_new_version(
     actors = list(roles.agents.actors.values())
     seen = [len(s["events"]) for s in ray.get([a.stats.remote() for a in actors])]
     start = TrainState(0, ProfileController(scenario, cfg.curriculum, cfg.seed).state_dict())
-    asyncio.run(SelfEvolutionLoop(cfg, scenario, TrainingSystem(roles, trainer), tmp_path, start, saved=False).run())
+    asyncio.run(SelfEvolutionLoop(cfg, scenario, TrainingSystem(roles, {"agent": trainer}), tmp_path, start,
+                                saved=False).run())
     events = [s["events"][n:] for s, n in zip(ray.get([a.stats.remote() for a in actors]), seen)]
     assert events == [["sleep", "wake", "weights v1", "sleep", "wake", "weights v2"]] * 2, events
     records = (tmp_path / "dialogues" / "iter_0002.jsonl").read_text().splitlines()
