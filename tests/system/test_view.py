@@ -338,7 +338,7 @@ def test_talk_with_the_runs_latest_checkpoint_on_a_local_engine(viewer):
         assert answer.status_code == 200, answer.text
     saved = client.post(f"/api/talk/{sid}/save", json={}).json()["path"]
     record = read_dialogues(folder / saved)[0]
-    version = load_train_state(latest_checkpoint(folder / "run")).policy_version
+    version = load_train_state(latest_checkpoint(folder / "run")).version("agent")
     assert [t["user"] for t in record["turns"]] == ["Who is calling?", "What's the catch?", None]
     assert record["policy_versions"] == [version] == [4] and record["agent"] == "run:run"
     assert all(t["agent_tokens"] > 0 and t["agent_raw"].startswith(PREFILL) for t in record["turns"])
