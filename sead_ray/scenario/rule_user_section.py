@@ -112,6 +112,14 @@ def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collect
         if unknown:
             raise ConfigError(f"{where}: {key}.{name}.{unknown[0]}: not a line of the rule user (known: {sorted(defaults)})")
         lines[name] = {**defaults, **given}
+    sentences = [(f"{key}.facts[{i}].{side}", t) for i, f in enumerate(spec.facts) for side in ("claims", "lies")
+                 for t in getattr(f, side)]
+    sentences += [(f"{key}.{q}.claims", t) for q in ("identity", "offer") for t in getattr(spec, q).claims]
+    sentences += [(f"{key}.red_flags.{kind}", t) for kind, texts in spec.red_flags.items() for t in texts]
+    for at, text in sentences:   # a sentence in a [flow, list] cut at its comma reads as two halves
+        if not text.rstrip().endswith((".", "!", "?")):
+            raise ConfigError(f"{where}: {at}: {text!r} is not a whole sentence (it must end with . ! or ?); a "
+                              "sentence with a comma inside a [...] list must be quoted")
     unknown = sorted(set(spec.red_flags) - set(RED_FLAG_KINDS))
     if unknown:
         raise ConfigError(f"{where}: {key}.red_flags.{unknown[0]}: not a kind the semantic ear hears (known: "

@@ -254,6 +254,10 @@ def test_a_scenario_without_a_rule_section_is_refused_clearly(tmp_path, capsys):
     (lambda r: r.update(lines={"cheer": "Yay"}), "rule_user.lines.cheer: not a line"),
     (lambda r: r.update(repeat_overlap=0), "rule_user.repeat_overlap = 0.0 is out of range"),
     (lambda r: r.update(mood=1), "unknown key 'rule_user.mood'"),
+    # the semantic ear's sentences: a [flow, list] cuts an unquoted sentence at its comma
+    (lambda r: r["facts"][0].update(claims=["It is free", "no strings attached."]),
+     "rule_user.facts[0].claims: 'It is free' is not a whole sentence"),
+    (lambda r: r.update(red_flags={"threats": ["Pay now."]}), "rule_user.red_flags.threats: not a kind"),
 ])
 def test_malformed_rule_sections_name_the_field(tmp_path, mutate, needle):
     tree = yaml.safe_load(SCENARIO.read_text())
