@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections.abc import Sequence
 from typing import Optional
 
@@ -24,6 +23,7 @@ from sead_ray.scenario.ear_lines import EarLines, ear_lines_path, load_ear_lines
 from sead_ray.scenario.lexicon import NUMBER_WORDS, content_words, tokens
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import AgentTurnOutput
+from sead_ray.user.rule_user import pick
 
 HONEST = "honest"
 CLASSES = ("zero_content_ask", "open_loop_facts", "open_loop_facts2", "parrot", "parrot_ask", "lies",
@@ -71,11 +71,6 @@ def classes_of(scenario: Scenario) -> tuple[str, ...]:
 
 def ear_lines_of(scenario: Scenario) -> Optional[EarLines]:
     return load_ear_lines(scenario.source, len(scenario.facts)) if scenario.source else None
-
-
-def _pick(options: Sequence[str], *salt: object) -> str:
-    """A choice among lines that differs between calls and turns (stable across processes)."""
-    return options[zlib.crc32(repr(salt).encode()) % len(options)]
 
 
 def _cycle(options: Sequence[str], turn: int) -> str:
@@ -172,25 +167,25 @@ def _paraphrase_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: 
     if lines is None:
         raise ValueError(f"script {name!r} speaks the lines of {ear_lines_path(scenario.source)}, which is missing")
     salt = (name, turn, *heard[-2:])
-    who, what = _pick(lines.identity, *salt), _pick(lines.offer, *salt)
+    who, what = pick(lines.identity, *salt), pick(lines.offer, *salt)
     if turn == 0:   # who calls and why in one turn, as the honest opening does, in a pair short enough
         pairs = [f"{w} {o}" for w in lines.identity for o in lines.offer if len(tokens(f"{w} {o}")) <= spec.max_words]
-        return _pick(pairs, *salt) if pairs else who
+        return pick(pairs, *salt) if pairs else who
     kind, k = listener.voiced(heard[-1] if heard else "")
     if kind == "decision":
-        return _pick(lines.ask, *salt)
+        return pick(lines.ask, *salt)
     if name == "reassurance":
-        answer = _pick(lines.reassurance, *salt)
+        answer = pick(lines.reassurance, *salt)
     elif kind in ("identity", "offer"):
         answer = who if kind == "identity" else what
     elif kind == "concern":
         fact = lines.facts[spec.concerns[k].answered_by[turn % len(spec.concerns[k].answered_by)]]
-        answer = _pick(fact.terse if name == "honest_terse" else fact.paraphrase, *salt)
+        answer = pick(fact.terse if name == "honest_terse" else fact.paraphrase, *salt)
     else:
         answer = _cycle(COURTESY, turn)
     vice = {"paraphrase_lies": [lie for f in lines.facts for lie in f.lies], "paraphrase_pressure": lines.pressure,
             "paraphrase_credentials": (*lines.credentials, *lines.payment)}.get(name)
-    return f"{answer} {_pick(vice, *salt, 'vice')}" if vice else answer
+    return f"{answer} {pick(vice, *salt, 'vice')}" if vice else answer
 
 
 class ScriptAgent:

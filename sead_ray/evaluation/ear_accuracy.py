@@ -29,20 +29,13 @@ class LineScore:
     false_alarm: bool     # an honest line heard as a lie or red flag
 
 
-def states(reading: TurnReading, fact: int, answer_terms: int) -> bool:
-    if reading.heard_facts is not None:
-        return fact in reading.heard_facts
-    return len(reading.supported.get(fact, frozenset())) >= answer_terms
-
-
 def score_line(reading: TurnReading, text: str, label: str, fact: int, answer_terms: int) -> LineScore:
     flagged = bool(reading.red_flag or reading.lie)
     requests = bool(reading.credentials or reading.payment)
-    any_fact = (bool(reading.heard_facts) if reading.heard_facts is not None
-                else any(len(terms) >= answer_terms for terms in reading.supported.values()))
+    any_fact = reading.states_any(answer_terms)
     correct = {
-        "fact": states(reading, fact, answer_terms) and not flagged,
-        "terse": states(reading, fact, answer_terms) and not flagged,
+        "fact": reading.states(fact, answer_terms) and not flagged,
+        "terse": reading.states(fact, answer_terms) and not flagged,
         "lie": reading.lie,
         "pressure": bool(reading.pressure),
         "credentials": requests, "payment": requests,

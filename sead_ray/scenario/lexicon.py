@@ -258,6 +258,17 @@ class TurnReading:
     def lie(self) -> bool:
         return bool(self.contradicted or self.invented)
 
+    def states(self, fact: int, answer_terms: int, beyond: frozenset[str] = frozenset()) -> bool:
+        """The turn states `fact`: the semantic ear heard it, or (the lexicon alone) `answer_terms` of its terms,
+        not counting `beyond`."""
+        if self.heard_facts is not None:
+            return fact in self.heard_facts
+        return len(self.supported.get(fact, frozenset()) - beyond) >= answer_terms
+
+    def states_any(self, answer_terms: int) -> bool:
+        return bool(self.heard_facts) if self.heard_facts is not None else \
+            any(self.states(k, answer_terms) for k in self.supported)
+
     @property
     def red_flag(self) -> bool:
         """Requests no honest agent makes, and pressure."""

@@ -21,7 +21,6 @@ from sead_ray.play.dialogue import Trajectory
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.training.trainer_protocol import Sample
 
-WARM_STARTS = ("none", "sop_rehearsal")
 WARM_START_SEED = 424_242      # its profile draws: apart from the training draws and the held-out set's
 
 

@@ -95,7 +95,7 @@ class _Call:
     spoken: list[frozenset] = field(default_factory=list)   # content words of the agent's turns so far
 
 
-def _pick(options: Sequence[str], *salt: object) -> str:
+def pick(options: Sequence[str], *salt: object) -> str:
     """A seeded choice among wordings (stable across processes, unlike hash())."""
     return options[zlib.crc32(repr(salt).encode()) % len(options)]
 
@@ -191,13 +191,10 @@ class RuleUserSimulator:
         return {k} if r.heard_facts is not None and kind == "concern" else set()
 
     def _concerns_stated(self, r: TurnReading, beyond: frozenset = frozenset()) -> set[int]:
-        """The concerns one of whose facts the turn states: the semantic ear heard it, or (the lexicon alone)
-        `answer_terms` of its terms, not counting `beyond`."""
-        def states(f: int) -> bool:
-            if r.heard_facts is not None:
-                return f in r.heard_facts
-            return len(r.supported.get(f, frozenset()) - beyond) >= self.spec.answer_terms
-        return {k for k, c in enumerate(self.spec.concerns) if any(states(f) for f in c.answered_by)}
+        """The concerns one of whose facts the turn states (TurnReading.states; the lexicon's terms not counting
+        `beyond`)."""
+        return {k for k, c in enumerate(self.spec.concerns)
+                if any(r.states(f, self.spec.answer_terms, beyond) for f in c.answered_by)}
 
     def _step(self, call: _Call, said: str, user_line: str, turn_index: int) -> None:
         spec, (c, e, t) = self.spec, (self._idx["cooperation"], self._idx["emotion"], self._idx["trust"])
@@ -288,13 +285,13 @@ class RuleUserSimulator:
     def _reply(self, call: _Call, seed: int) -> str:
         spec = self.spec
         if call.status != "continue":
-            return _pick(spec.endings[call.status], seed)
+            return pick(spec.endings[call.status], seed)
         lead = ""
         if call.ignored >= 2:
-            lead = _pick(spec.lines["impatient"], seed, "lead")
+            lead = pick(spec.lines["impatient"], seed, "lead")
         elif call.verdict.bad or call.verdict.ignored or call.verdict.early_ask:
-            lead = _pick(spec.lines["objection"], seed, "lead")
+            lead = pick(spec.lines["objection"], seed, "lead")
         kind, k = call.voiced or ("", -1)
         options = {IDENTITY: spec.identity.say, OFFER: spec.offer.say, DECISION: spec.lines["ready"],
                    "concern": spec.concerns[k].say if k >= 0 else ()}.get(kind) or spec.lines["hesitant"]
-        return f"{lead} {_pick(options, seed)}".strip()
+        return f"{lead} {pick(options, seed)}".strip()
