@@ -4,6 +4,8 @@
 state of the last call: a controller that dies is replaced from it without losing or redoing a draw."""
 from __future__ import annotations
 
+from typing import Optional
+
 import ray
 
 from sead_ray.core.config_schema import CurriculumConfig
@@ -20,7 +22,7 @@ class ProfileControllerActor:
     def sample(self, n: int) -> tuple[list[Profile], dict]:
         return self.controller.sample(n), self.controller.state_dict()
 
-    def update(self, outcomes: list[tuple[tuple[int, ...], bool]]) -> tuple[dict, dict]:
+    def update(self, outcomes: list[tuple[tuple[int, ...], Optional[int], bool]]) -> tuple[dict, dict]:
         return self.controller.update(outcomes), self.controller.state_dict()
 
     def snapshot(self) -> dict:

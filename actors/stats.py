@@ -17,7 +17,7 @@ import ray
 
 from actors.gauges import RayGauges
 from sead_ray.core.jsonl import append_jsonl
-from sead_ray.evaluation.metrics import compute_metrics
+from sead_ray.evaluation.metrics import completion_by_start, compute_metrics
 from sead_ray.scenario.state import StateSchema
 
 # Row keys shown as TensorBoard scalars and Ray Gauges (plus every `train_*` figure of the GRPO step).
@@ -59,13 +59,21 @@ class StatsActor:
         controller's snapshot (band fractions, sampling entropy)."""
         m = compute_metrics(records, self.schema)
         row = {"iteration": iteration, "phase": phase, "time": time.time(), **m.to_json(), **(extra or {})}
+        by_start = completion_by_start(records)
+        if by_start:   # calls started deeper (curriculum.depth: reverse): CR per start, the frontier
+            row["cr_by_start"] = by_start
         if curriculum is not None:
             row["band_fractions"] = curriculum.get("band_fractions")
             row["sampling_entropy"] = curriculum.get("sampling_entropy")
+            if "depths" in curriculum:
+                row["start_shares"] = {start: cell["share"] for start, cell in curriculum["depths"].items()}
         append_jsonl(self.run_dir / "metrics.jsonl", row)
         scalars = {k: v for k, v in row.items() if (k in _SCALARS or k.startswith("train_"))
                    and (v is None or isinstance(v, (int, float)) and not isinstance(v, bool))}
         self.log_scalars(iteration, scalars, prefix=phase)
+        for start, cell in by_start.items():
+            if self.writer is not None:
+                self.writer.add_scalar(f"{phase}/cr_{start}", cell["cr"], iteration)
         for band, share in (row.get("band_fractions") or {}).items():   # one gauge, a series per band
             if self.writer is not None:
                 self.writer.add_scalar(f"{phase}/band_{band}", share, iteration)

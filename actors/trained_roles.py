@@ -192,7 +192,7 @@ class TrainingSystem:
         profiles, self.last_controller_state = await self._call_controller("sample", n)
         return profiles
 
-    async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict:
+    async def update_curriculum(self, outcomes: Iterable[tuple[State, Optional[int], bool]]) -> dict:
         snapshot, self.last_controller_state = await self._call_controller("update", list(outcomes))
         return snapshot
 

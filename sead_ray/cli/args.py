@@ -25,6 +25,19 @@ def count(text: str) -> int:
     return value
 
 
+def start_depth(text: str) -> str | int:
+    """argparse type of --depth: 'cold' or an integer >= 0."""
+    if text == "cold":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'cold' or a depth >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a depth counts turns back from the final ask: >= 0, got {value}")
+    return value
+
+
 def seed(text: str) -> int:
     """argparse type of --seed: an integer in 0..2**32-1 (the range of the config's `seed`)."""
     try:
@@ -54,6 +67,11 @@ def _add_profile_set_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--user-sets", default=None, metavar="SET,SET",
                    help="sample N profiles from each of these user sets of the scenario (e.g. soft,hard); each set "
                         "is also reported apart")
+    p.add_argument("--depth", type=start_depth, default=None, metavar="cold|K",
+                   help="where every call starts: cold (the paper: the agent plays the whole call) or K (the "
+                        "scenario's honest script plays the call up to K turns before its final ask, the agent the "
+                        "rest; where the script cannot, the call is cold). Default: a --profiles file's own "
+                        "start_depth, else cold")
 
 
 def build_parser() -> argparse.ArgumentParser:

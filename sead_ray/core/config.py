@@ -119,6 +119,12 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
     if cur.min_behaviors > cur.max_behaviors:
         raise ConfigError(f"{where}: curriculum.min_behaviors ({cur.min_behaviors}) must not exceed "
                           f"curriculum.max_behaviors ({cur.max_behaviors})")
+    if any(d < 0 for d in cur.depths) or len(set(cur.depths)) < len(cur.depths) or (cur.depth != "off" and not cur.depths):
+        raise ConfigError(f"{where}: curriculum.depths must be distinct depths >= 0 (turns before the honest script's "
+                          f"final ask; the cold call is always drawn beside them), got {list(cur.depths)}")
+    if any(isinstance(d, int) and d < 0 for d in cfg.train.eval_depths) or not cfg.train.eval_depths:
+        raise ConfigError(f"{where}: train.eval_depths must list 'cold' and/or depths >= 0, got "
+                          f"{list(cfg.train.eval_depths)}")
     if isinstance(cfg.user.engines, int) and cfg.user.engines < 1:
         raise ConfigError(f"{where}: user.engines must be >= 1 or 'auto', got {cfg.user.engines}")
     for table in ("usd_per_mtok_in", "usd_per_mtok_out"):

@@ -81,6 +81,8 @@ class TrainConfig:
     eval_every: int = option(0, 0, 100000,
                              "evaluate greedily on a fixed held-out profile set every K iterations (0 = never)")
     eval_profiles: int = option(16, 1, 100000, "size of the held-out profile set (drawn once per run)")
+    eval_depths: tuple[Union[int, Literal["cold"]], ...] = option(
+        ("cold",), doc="the starts each held-out evaluation plays: cold and/or depths d >= 0 (sead_ray.play.starts)")
     checkpoint_every: int = option(1, 0, 100000, "0 = only at the end (and on a stop or a failure)")
     keep_checkpoints: int = option(2, 0, 100000, "newest checkpoints kept on disk (0 = all)")
     stop_save_max_s: float = option(300.0, 0.0, 86400.0, "a stop (Ctrl-C, SIGTERM, ray job stop) checkpoints the "
@@ -101,6 +103,12 @@ class CurriculumConfig:
     user_set: str = option("", doc="draw initial states from this user set of the scenario (user_sets), '' = all")
     min_behaviors: int = option(1, 0, 10)
     max_behaviors: int = option(3, 0, 10)
+    # issue 36's reverse curriculum: a start is (initial state, depth); off = the paper's cold calls only
+    depth: Literal["off", "reverse"] = option("off", doc="where calls start: off (the paper: every call cold) or "
+                                              "reverse (the honest script plays up to `depths` turns before its "
+                                              "final ask, the policy the rest; cells (state, depth) weighted by CR)")
+    depths: tuple[int, ...] = option((0, 1, 2), doc="depth: reverse: the scripted starts drawn beside the cold call "
+                                     "(d = the script's turns before its final ask that the policy takes over)")
 
 
 @dataclass

@@ -161,3 +161,95 @@ def curriculum_snapshot(cs: CurriculumState, states: Sequence[State], weights: M
         }
     return {"states": per_state, "band_fractions": band_fractions(crs, easy_above, hard_below),
             "sampling_entropy": sampling_entropy(weights)}
+
+
+# --------------------------------------------------------------------------- starts deeper into the call
+
+Depth = Optional[int]          # None: the cold call; d >= 0: the honest script's turns before its ask (play.starts)
+
+
+def depth_key(depth: Depth) -> str:
+    return "cold" if depth is None else f"d{depth}"
+
+
+def parse_depth_key(key: str) -> Depth:
+    return None if key == "cold" else int(key.removeprefix("d"))
+
+
+@dataclass
+class StartCells:
+    """`curriculum.depth: reverse`: outcomes and draws per cell (initial state, start depth), JSON-serialisable."""
+
+    attempts: dict[tuple[State, Depth], int] = field(default_factory=dict)
+    successes: dict[tuple[State, Depth], int] = field(default_factory=dict)
+    draws: dict[tuple[State, Depth], int] = field(default_factory=dict)
+
+    def record_outcomes(self, outcomes: Iterable[tuple[State, Depth, bool]]) -> None:
+        for state, depth, success in outcomes:
+            cell = (state, depth)
+            self.attempts[cell] = self.attempts.get(cell, 0) + 1
+            self.successes[cell] = self.successes.get(cell, 0) + int(bool(success))
+
+    def record_draw(self, state: State, depth: Depth) -> None:
+        self.draws[(state, depth)] = self.draws.get((state, depth), 0) + 1
+
+    def draws_by_state(self) -> dict[State, int]:
+        by_state: dict[State, int] = {}
+        for (state, _), n in self.draws.items():
+            by_state[state] = by_state.get(state, 0) + n
+        return by_state
+
+    def by_depth(self, depths: Sequence[Depth]) -> dict[Depth, tuple[int, int]]:
+        """(successes, attempts) per depth, pooled over initial states."""
+        pooled = {d: [0, 0] for d in depths}
+        for (state, depth), n in self.attempts.items():
+            if depth in pooled:
+                pooled[depth][0] += self.successes.get((state, depth), 0)
+                pooled[depth][1] += n
+        return {d: (k, n) for d, (k, n) in pooled.items()}
+
+    def to_json(self) -> dict:
+        return {name: {f"{state_key(s)}@{depth_key(d)}": v for (s, d), v in getattr(self, name).items()}
+                for name in ("attempts", "successes", "draws")}
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> StartCells:
+        def cell(key: str) -> tuple[State, Depth]:
+            state, depth = key.split("@")
+            return parse_state_key(state), parse_depth_key(depth)
+        return cls(**{name: {cell(k): int(v) for k, v in obj.get(name, {}).items()}
+                      for name in ("attempts", "successes", "draws")})
+
+
+def cell_weights(cells: StartCells, states: Sequence[State], depths: Sequence[Depth], mode: str, *,
+                 n_max: Optional[int] = None, smoothing: str = "none", beta_prior: float = 2.0
+                 ) -> dict[tuple[State, Depth], float]:
+    """The paper's weight 1 - |CR - 0.5| per cell (state, depth); a cell not played yet takes its depth's CR pooled
+    over states (a short run sees each cell a few times at most, each depth often), a depth not played yet weighs 1.
+    So as the starts near the ask become too easy the mass moves back toward the cold call. A cell drawn N_max
+    times weighs 0."""
+    pooled = cells.by_depth(depths)
+    weights = {}
+    for s in states:
+        for d in depths:
+            if mode in ("uniform", "off"):
+                w = 1.0
+            else:
+                n = cells.attempts.get((s, d), 0)
+                k, n_depth = (cells.successes.get((s, d), 0), n) if n else pooled[d]
+                w = paper_weight(completion_rate(k, n_depth, smoothing, beta_prior) if n_depth else None)
+            weights[(s, d)] = 0.0 if mode != "off" and n_max is not None and cells.draws.get((s, d), 0) >= n_max else w
+    return weights
+
+
+def depth_snapshot(cells: StartCells, depths: Sequence[Depth], weights: Mapping[tuple[State, Depth], float],
+                   easy_above: float = 0.6, hard_below: float = 0.4) -> dict:
+    """CR, counts, band and share of the next draws per start depth (pooled over states): the frontier."""
+    total = sum(weights.values()) or 1.0
+    out = {}
+    for d, (k, n) in cells.by_depth(depths).items():
+        cr = k / n if n else None
+        out[depth_key(d)] = {"cr": cr, "attempts": n, "successes": k, "band": band(cr, easy_above, hard_below),
+                             "draws": sum(v for (_, dd), v in cells.draws.items() if dd == d),
+                             "share": sum(w for (_, dd), w in weights.items() if dd == d) / total}
+    return out

@@ -198,6 +198,29 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
     )
 
 
+def start_of_record(record: Mapping) -> str:
+    """Where the call started: 'cold' or 'dK' (the profile's start_depth, sead_ray.play.starts)."""
+    depth = record.get("profile", {}).get("start_depth")
+    return "cold" if depth is None else f"d{depth}"
+
+
+def completion_by_start(records: Iterable[Mapping]) -> dict[str, dict]:
+    """CR and count per start ('cold', 'd0', 'd1', ...); empty when every call was cold (the paper's calls)."""
+    by_start: dict[str, list[int]] = {}
+    for r in records:
+        counts = by_start.setdefault(start_of_record(r), [0, 0])
+        counts[0] += r.get("outcome") == "success"
+        counts[1] += 1
+    if set(by_start) <= {"cold"}:
+        return {}
+    return {start: {"cr": k / n, "n": n} for start, (k, n) in sorted(by_start.items(), key=lambda kv: start_order(kv[0]))}
+
+
+def start_order(start: str) -> float:
+    """Sorts starts from the ask back to the cold call: d0, d1, ..., cold."""
+    return math.inf if start == "cold" else int(start[1:])
+
+
 def _fmt(x: Optional[float], digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 

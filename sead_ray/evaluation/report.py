@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sead_ray.core.jsonl import read_jsonl, read_text
+from sead_ray.evaluation.metrics import start_order
 from sead_ray.evaluation.significance import format_verdict, learning_verdict, success_rate
 from sead_ray.scenario.state import StateSchema, parse_state_key
 
@@ -38,6 +39,24 @@ def metrics_rows(values: Iterable[Any], phase: str = "train") -> list[dict]:
         if isinstance(row, dict) and row.get("phase") == phase and isinstance(row.get("iteration"), int):
             rows[row["iteration"]] = row
     return [rows[k] for k in sorted(rows)]
+
+
+def held_out_by_start(path: Path) -> dict[str, list[dict]]:
+    """The held-out evaluations per start ('cold': phase `eval`, 'dK': phase `eval_dK`, train.eval_depths)."""
+    phases = {row.get("phase") for _, row in read_jsonl(path, ReportError, "metrics") if isinstance(row, dict)}
+    starts = sorted((p for p in phases if isinstance(p, str) and p.startswith("eval_d") and p[6:].isdigit()),
+                    key=lambda p: int(p[6:]))
+    by_start = {p[5:]: read_metrics_rows(path, p) for p in starts}
+    cold = read_metrics_rows(path, "eval")
+    return {**by_start, "cold": cold} if cold else by_start
+
+
+def starts_table(title: str, columns: Sequence[str], cells: dict[int, dict[str, str]]) -> list[str]:
+    """A markdown table: one row per iteration, one column per start."""
+    lines = ["", title, "", "| iter | " + " | ".join(columns) + " |", "|---:|" + "---:|" * len(columns)]
+    for iteration in sorted(cells):
+        lines.append(f"| {iteration} | " + " | ".join(cells[iteration].get(c, "-") for c in columns) + " |")
+    return lines
 
 
 def latest_curriculum(run_dir: Path, schema: Optional[StateSchema] = None) -> Optional[dict]:
@@ -133,7 +152,7 @@ def print_learning(run_dir: Path) -> None:
 
 
 def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str], learning: dict,
-                     held_out: Sequence[dict] = ()) -> str:
+                     held_out: Sequence[dict] = (), held_out_starts: Optional[dict[str, list[dict]]] = None) -> str:
     lines = [f"# sead-ray run `{run_dir}`", "",
              "| iter | CR | reward | loss | KL | logprob mismatch | dialogues/s | agent tok/s | engines | s |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -150,9 +169,25 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str],
     if held_out:
         lines += ["", "## Held-out evaluation (greedy, fixed profiles and seeds: `train.eval_every`)", ""]
         lines += [f"- after iteration {p['iteration']}: {p['text']}" for p in learning_summary(held_out)["per_iteration"]]
+    trained_starts = [r for r in rows if r.get("cr_by_start")]
+    if trained_starts:   # curriculum.depth: reverse
+        columns = sorted({s for r in trained_starts for s in r["cr_by_start"]}, key=start_order)
+        lines += starts_table("## Training calls by start (CR, calls; cold = the paper's call, dK = the policy takes over "
+                              "K turns before the honest script's ask)", columns,
+                              {r["iteration"]: {s: f"{c['cr']:.2f} ({c['n']})" for s, c in r["cr_by_start"].items()}
+                               for r in trained_starts})
+    if held_out_starts and set(held_out_starts) != {"cold"}:
+        columns = sorted(held_out_starts, key=start_order)
+        cells: dict[int, dict[str, str]] = {}
+        for start, start_rows in held_out_starts.items():
+            for r in start_rows:
+                k, n = calls_of(r)
+                cells.setdefault(r["iteration"], {})[start] = f"{k}/{n}"
+        lines += starts_table("## Held-out evaluation by start (greedy, won/calls)", columns, cells)
+    plots = ["progress.png", "cr_by_state.png"] + (["cr_by_start.png"] if trained_starts or held_out_starts else [])
     lines += ["", f"- checkpoint: `{checkpoint or 'none yet'}`",
               f"- TensorBoard: `tensorboard --logdir {run_dir / 'tensorboard'}`",
-              "- plots: `progress.png`, `cr_by_state.png` (this folder)", ""]
+              f"- plots: {', '.join(f'`{p}`' for p in plots)} (this folder)", ""]
     return "\n".join(lines)
 
 
@@ -204,6 +239,31 @@ def _plot_progress(rows: list[dict], path: Path, learning: dict, held_out: Seque
     plt.close(fig)
 
 
+def _plot_cr_by_start(rows: list[dict], held_out_starts: dict[str, list[dict]], path: Path) -> None:
+    """The frontier: CR per start over the iterations, training calls (left) and held-out greedy calls (right)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    starts = sorted({s for r in rows for s in (r.get("cr_by_start") or {})}, key=start_order)
+    for start in starts:
+        points = [(r["iteration"], r["cr_by_start"][start]["cr"]) for r in rows if start in (r.get("cr_by_start") or {})]
+        axes[0].plot(*zip(*points), "o-", label=start)
+    for start in sorted(held_out_starts, key=start_order):
+        points = [(r["iteration"], calls_of(r)[0] / max(1, calls_of(r)[1])) for r in held_out_starts[start]]
+        if points:
+            axes[1].plot(*zip(*points), "D-", label=start)
+    for ax, title in zip(axes, ("training calls (sampled) by start", "held-out calls (greedy) by start")):
+        ax.set_title(title)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("completion rate")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.lines:
+            ax.legend(title="start (dK: K turns before the ask)")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _plot_cr_by_state(curriculum: dict, schema: StateSchema, path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
@@ -242,9 +302,13 @@ def write_report(run_dir: Path, schema: StateSchema, checkpoint: Optional[str] =
     out.mkdir(exist_ok=True)
     written = [out / "summary.md", out / "progress.png"]
     held_out = read_metrics_rows(metrics, phase="eval")
+    held_out_starts = held_out_by_start(metrics)
     learning = learning_summary(rows)   # the table and the plot show the same intervals (one bootstrap)
-    written[0].write_text(summary_markdown(run_dir, rows, checkpoint, learning, held_out))
+    written[0].write_text(summary_markdown(run_dir, rows, checkpoint, learning, held_out, held_out_starts))
     _plot_progress(rows, written[1], learning, held_out)
+    if any(r.get("cr_by_start") for r in rows) or set(held_out_starts) - {"cold"}:
+        written.append(out / "cr_by_start.png")
+        _plot_cr_by_start(rows, held_out_starts, written[-1])
     if curriculum is not None and len(schema.dimensions) >= 2:
         written.append(out / "cr_by_state.png")
         _plot_cr_by_state(curriculum, schema, written[-1])

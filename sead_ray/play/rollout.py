@@ -11,7 +11,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
@@ -20,6 +20,7 @@ from sead_ray.agent.token_context import IncrementalChatEncoder
 from sead_ray.core.config_schema import SamplingConfig, SeadConfig
 from sead_ray.core.jsonl import write_jsonl
 from sead_ray.play.dialogue import Trajectory, call_settings, run_dialogue
+from sead_ray.play.starts import start_of
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserRequest, UserTurnOutput, turn_seed
@@ -138,6 +139,16 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
     settings = call_settings(cfg, scenario, privileged_user_view=privileged_user_view,
                              agent_prefill=cfg.dialogue.agent_prefill if endpoints.tokenizer is not None else "")
     progress = Progress(len(profiles) * rollouts_per_profile, f"iter {iteration} {phase} dialogues")
+    starts: dict[int, asyncio.Task] = {}   # per profile: where its calls start (one script call for its whole group)
+
+    async def start(index: int, profile: Profile) -> tuple[Optional[int], tuple[str, ...]]:
+        did = f"it{iteration:04d}-p{index:04d}-start"
+        try:
+            return await start_of(scenario, profile, endpoints.users.respond, settings,
+                                  seed=dialogue_seed(cfg.seed, iteration if seed_iteration is None else seed_iteration,
+                                                     index), dialogue_id=did)
+        finally:
+            endpoints.users.release(did)
 
     async def one(index: int, profile: Profile, rollout: int) -> Trajectory:
         """The call, played again (same profile, same seed) while it ends in error."""
@@ -162,8 +173,19 @@ async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: 
                 seed=turn_seed(seed, turn) if sampling.temperature > 0 else None,
                 request_id=f"{dialogue_id}-a{turn}", **params)
 
+        if index not in starts:
+            starts[index] = asyncio.ensure_future(start(index, profile))
         try:
-            traj = await run_dialogue(did, profile, scenario, agent_fn, endpoints.users.respond, settings, seed=seed,
+            depth, scripted = await starts[index]
+        except Exception as exc:   # the user failed during the script's call: this call ends in error (replayed)
+            starts.pop(index, None)
+            traj = Trajectory(did, profile, [], "failure", "error")
+            traj.error = f"user simulator failed while the honest script played the start: {exc!r}"
+            traj.group, traj.iteration = index, iteration
+            return traj
+        try:
+            traj = await run_dialogue(did, replace(profile, start_depth=depth), scenario, agent_fn,
+                                      endpoints.users.respond, settings, seed=seed, scripted=scripted,
                                       encoder=IncrementalChatEncoder(endpoints.tokenizer, prefix, settings.agent_prefill)
                                       if endpoints.tokenizer is not None else None)
         finally:

@@ -105,11 +105,19 @@ def read_profiles(path: str, scenario) -> list:
 def evaluation_profiles(args, cfg, scenario) -> tuple[list, str]:
     """The fixed profile set of eval/compare (a file, or N per user set sampled with --seed, which also
     seeds every call: dialogue_seed(cfg.seed, 0, profile index) is the same for every agent)."""
+    from dataclasses import replace
     if args.seed is not None:
         cfg.seed = args.seed
     if args.profiles:
-        return read_profiles(args.profiles, scenario), f"file {args.profiles}"
-    n = cfg.train.batch_size if args.n is None else args.n
-    profiles = [p for group in profiles_by_user_set(cfg, scenario, args.user_sets, n, cfg.seed).values()
-                for p in group]
-    return profiles, f"{len(profiles)} profiles sampled with seed {cfg.seed}"
+        profiles, source = read_profiles(args.profiles, scenario), f"file {args.profiles}"
+    else:
+        n = cfg.train.batch_size if args.n is None else args.n
+        cold = replace(cfg, curriculum=replace(cfg.curriculum, depth="off"))   # --depth sets where calls start
+        profiles = [p for group in profiles_by_user_set(cold, scenario, args.user_sets, n, cfg.seed).values()
+                    for p in group]
+        source = f"{len(profiles)} profiles sampled with seed {cfg.seed}"
+    if args.depth is not None:
+        depth = None if args.depth == "cold" else args.depth
+        profiles = [replace(p, start_depth=depth) for p in profiles]
+        source += ", cold calls" if depth is None else f", started {depth} turn(s) before the honest script's ask"
+    return profiles, source

@@ -36,7 +36,7 @@ def held_out_profiles(cfg: SeadConfig, scenario: Scenario, run_dir: Path) -> lis
     path = run_dir / "eval_profiles.jsonl"
     if path.exists():
         return read_profiles(path, scenario)
-    curriculum = replace(cfg.curriculum, mode="uniform")
+    curriculum = replace(cfg.curriculum, mode="uniform", depth="off")   # cold: each evaluation sets its depth
     profiles = ProfileController(scenario, curriculum, cfg.seed + HELD_OUT_SEED).sample(cfg.train.eval_profiles)
     write_jsonl(path, (p.to_json(scenario.schema) for p in profiles))
     return profiles

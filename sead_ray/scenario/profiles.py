@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -32,6 +33,9 @@ class Profile:
     # w/o Profile Sampling ablation: no structured initial state is given to the simulator.
     free_form: bool = False
     extra: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+    # where the call starts (sead_ray.play.starts): None = the cold call (the paper), d >= 0 = the honest script
+    # plays up to d turns before its final ask and the policy takes over
+    start_depth: Optional[int] = None
 
     @property
     def key(self) -> tuple:
@@ -42,6 +46,8 @@ class Profile:
         out["behaviors"] = list(self.behaviors)
         if self.free_form:
             out["free_form"] = True
+        if self.start_depth is not None:
+            out["start_depth"] = self.start_depth
         out.update(self.extra)
         return out
 
@@ -54,9 +60,12 @@ class Profile:
         behaviors = obj.get("behaviors", [])
         if not isinstance(behaviors, list) or not all(isinstance(b, str) for b in behaviors):
             raise ValueError("profile field 'behaviors' must be a list of strings")
-        known = set(schema.names) | {"behaviors", "free_form"}
+        depth = obj.get("start_depth")
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
+            raise ValueError(f"profile field 'start_depth' must be an integer >= 0 (or absent: a cold call), got {depth!r}")
+        known = set(schema.names) | {"behaviors", "free_form", "start_depth"}
         extra = {k: v for k, v in obj.items() if k not in known}
-        return cls(state, tuple(behaviors), bool(obj.get("free_form", False)), extra)
+        return cls(state, tuple(behaviors), bool(obj.get("free_form", False)), extra, depth)
 
 
 def _allowed_behaviors(scenario: Scenario, state: State) -> list[Behavior]:

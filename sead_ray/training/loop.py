@@ -48,7 +48,7 @@ class LoopSystem(Protocol):
     def endpoints(self) -> RolloutEndpoints: ...
     async def rescale(self) -> Optional[dict]: ...
     async def sample_profiles(self, n: int) -> list[Profile]: ...
-    async def update_curriculum(self, outcomes: Iterable[tuple[State, bool]]) -> dict: ...
+    async def update_curriculum(self, outcomes: Iterable[tuple[State, Optional[int], bool]]) -> dict: ...
     async def controller_state(self) -> dict: ...
     @property
     def trained_roles(self) -> list[str]: ...   # "agent", and "user" with user.train
@@ -181,7 +181,7 @@ class SelfEvolutionLoop:
             return
         endpoints = self.system.endpoints()
         script = RolloutEndpoints(ScriptAgent(self.scenario, HONEST), endpoints.users, None, endpoints.engines)
-        draws = ProfileController(self.scenario, replace(self.cfg.curriculum, mode="uniform"),
+        draws = ProfileController(self.scenario, replace(self.cfg.curriculum, mode="uniform", depth="off"),
                                   self.cfg.seed + WARM_START_SEED)
         version, calls, nll = self.done.version("agent"), [], []
         for step in range(1, train.warm_start_steps + 1):
@@ -215,23 +215,32 @@ class SelfEvolutionLoop:
         self.save(force=True)
 
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
-        snapshot = await self.system.update_curriculum((t.profile.state, t.success) for t in dialogues.rollout.played)
+        snapshot = await self.system.update_curriculum((t.profile.state, t.profile.start_depth, t.success)
+                                                       for t in dialogues.rollout.played)
         write_json(self.run_dir / "curriculum" / f"iter_{iteration:04d}.json", {"iteration": iteration, **snapshot})
         return snapshot
 
     async def evaluate_held_out(self, iteration: int) -> dict:
         """The current policy, greedily (dialogue.agent_eval), on the run's fixed held-out profiles with the
         same seeds every time: unlike the training calls (temperature, curriculum draws) comparable
-        across iterations. Logged as phase `eval` (metrics.jsonl, TensorBoard, report)."""
-        rollout = await self._unless_stopped(run_dialogues(
-            self.system.endpoints(), self.cfg, self.scenario, self.held_out, iteration=iteration, phase="eval",
-            sampling=self.cfg.dialogue.agent_eval, seed_iteration=0))
-        records = write_dialogues(self.run_dir / "dialogues" / f"eval_{iteration:04d}.jsonl", rollout, self.scenario)
-        row = await self.system.record_iteration(iteration, "eval", records, {
-            "policy_version": self.done.version("agent"), "rollout_s": rollout.wall_s, "error_calls": rollout.errors})
-        log.info("held-out evaluation after iteration %d: CR %.2f over %d calls", iteration, row["cr"] or 0.0,
-                 len(records))
-        return row
+        across iterations. Played from each start of train.eval_depths: the cold call is logged as phase `eval`,
+        a depth K as `eval_dK` (metrics.jsonl, TensorBoard, report); returns the rows by phase."""
+        rows = {}
+        for depth in self.cfg.train.eval_depths:
+            depth = None if depth == "cold" else depth
+            phase, suffix = ("eval", "") if depth is None else (f"eval_d{depth}", f"_d{depth}")
+            rollout = await self._unless_stopped(run_dialogues(
+                self.system.endpoints(), self.cfg, self.scenario, [replace(p, start_depth=depth) for p in self.held_out],
+                iteration=iteration, phase=phase, sampling=self.cfg.dialogue.agent_eval, seed_iteration=0))
+            records = write_dialogues(self.run_dir / "dialogues" / f"eval_{iteration:04d}{suffix}.jsonl", rollout,
+                                      self.scenario)
+            rows[phase] = row = await self.system.record_iteration(iteration, phase, records, {
+                "policy_version": self.done.version("agent"), "rollout_s": rollout.wall_s,
+                "error_calls": rollout.errors, "start_depth": "cold" if depth is None else depth})
+            log.info("held-out evaluation after iteration %d, %s: CR %.2f over %d calls", iteration,
+                     "cold calls" if depth is None else f"started {depth} turn(s) before the script's ask",
+                     row["cr"] or 0.0, len(records))
+        return rows
 
     # -- one iteration, the run
 
@@ -325,7 +334,9 @@ class SelfEvolutionLoop:
         return row
 
     def _evaluated(self, iteration: int) -> bool:
-        return (self.run_dir / "dialogues" / f"eval_{iteration:04d}.jsonl").exists()
+        depth = self.cfg.train.eval_depths[-1]   # the last one played
+        suffix = "" if depth == "cold" else f"_d{depth}"
+        return (self.run_dir / "dialogues" / f"eval_{iteration:04d}{suffix}.jsonl").exists()
 
     async def _unless_stopped(self, coro):
         """Run phase 2, cancelling it when a stop was requested (the iteration is then discarded)."""

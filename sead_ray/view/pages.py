@@ -72,21 +72,30 @@ class Views:
         from sead_ray.training.checkpoint import latest_checkpoint
         run = self._run(rel)
         metrics = run / "metrics.jsonl"
-        rows, held_out, problems, version = [], [], None, "none"
+        rows, held_out, problems, version, by_start = [], [], None, "none", {}
         if metrics.is_file():
             index = self.folder.index(metrics, "metrics", lambda v: v if isinstance(v, dict) else None)
             rows, held_out = metrics_rows(index.summaries), metrics_rows(index.summaries, phase="eval")
             problems, version = index.problems(), f"{index.identity}:{index.end}"
+            # calls started deeper (curriculum.depth: reverse): held-out won/calls per start, phases eval_dK
+            for row in index.summaries:
+                phase = row.get("phase") if isinstance(row, dict) else None
+                if isinstance(phase, str) and phase.startswith("eval_d") and isinstance(row.get("iteration"), int):
+                    by_start.setdefault(row["iteration"], {})[phase[5:]] = f"{row.get('successes', 0)}/{row.get('n', 0)}"
+            for row in held_out:
+                if row["iteration"] in by_start:
+                    by_start[row["iteration"]]["cold"] = f"{row.get('successes', 0)}/{row.get('n', 0)}"
         learning = learning_summary(rows)
         held = learning_summary(held_out)["per_iteration"]
         series = []
         for row, p in zip(rows, learning["per_iteration"]):
             series.append({**p, "cr": row.get("cr"), "reward_mean": row.get("reward_mean"),
                            "train_loss": row.get("train_loss"), "train_kl": row.get("train_kl"),
-                           "band_fractions": row.get("band_fractions")})
+                           "band_fractions": row.get("band_fractions"), "cr_by_start": row.get("cr_by_start")})
         _, _, schema, problem = self.setting(run)
         checkpoint = latest_checkpoint(run)
-        return {"run": rel, "series": series, "held_out": held, "verdict": learning.get("verdict_text"),
+        return {"run": rel, "series": series, "held_out": held, "held_out_by_start": by_start,
+                "verdict": learning.get("verdict_text"),
                 "verdict_data": learning.get("verdict"), "problems": problems, "version": version,
                 "config_problem": problem, "checkpoint": checkpoint.name if checkpoint else None,
                 "curriculum": sorted(int(p.stem[5:]) for p in (run / "curriculum").glob("iter_*.json")

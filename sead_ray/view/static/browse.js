@@ -125,7 +125,9 @@ SV.pages.call = async function (main, params) {
         ` after ${rec.turns.length} agent turn(s) · reward ${SV.fmt(d.reward)} · ${rec.agent_tokens ?? "?"} agent tokens · `,
         `${rec.agent_parse_failures ?? 0} format failure(s)` + (d.band ? ` · band when drawn: ${d.band}` : "") + ` · ${d.file}:${d.line}`),
       h("div", {}, "profile: ", dims.map((x) => `${x.name} ${profile[x.name]}/${x.max}`).join(", "),
-        profile.user_set ? ` · user set ${profile.user_set}` : "", (profile.behaviors || []).length ? ` · ${profile.behaviors.join("; ")}` : ""),
+        profile.user_set ? ` · user set ${profile.user_set}` : "", (profile.behaviors || []).length ? ` · ${profile.behaviors.join("; ")}` : "",
+        typeof profile.start_depth === "number" ? h("span", { "data-testid": "start" },
+          ` · started ${profile.start_depth} turn(s) before the honest script's ask (its turns marked "scripted start")`) : ""),
       rec.error ? h("div", { class: "error" }, `error: ${rec.error}`) : null),
     h("div", { class: "row" }, charts), h("h3", {}, "The call (spoken words only)"), h("div", { class: "chat" }, turns),
     h("h3", {}, "The same profile elsewhere (before / after)"), same);

@@ -173,6 +173,21 @@ SV.runView = function (run, path) {
     h("tr", {}, ["iter", "CR (k/n)", "95 % CI", "held-out after it", "reward", "loss", "KL", ""].map((t) => h("th", {}, t))), rows));
   if (run.held_out.length && !heldBy[run.held_out[0].iteration])
     out.push(h("p", { class: "muted" }, `held-out before training: ${run.held_out[0].text}`));
+  // curriculum.depth: reverse: where calls started (dK: the policy took over K turns before the honest script's ask)
+  const order = (k) => (k === "cold" ? Infinity : Number(k.slice(1)));
+  const trained = s.filter((r) => r.cr_by_start), held2 = run.held_out_by_start || {};
+  const starts = [...new Set([...trained.flatMap((r) => Object.keys(r.cr_by_start)),
+    ...Object.values(held2).flatMap((x) => Object.keys(x))])].sort((a, b) => order(a) - order(b));
+  if (starts.length) {
+    const its = [...new Set([...trained.map((r) => r.iteration), ...Object.keys(held2).map(Number)])].sort((a, b) => a - b);
+    const byIt = Object.fromEntries(trained.map((r) => [r.iteration, r.cr_by_start]));
+    out.push(h("h3", {}, "By start (dK: the agent takes over K turns before the honest script's ask; cold: the whole call)"),
+      h("table", { "data-testid": "by-start" },
+        h("tr", {}, ["iter", ...starts.map((x) => `training ${x}`), ...starts.map((x) => `held-out ${x}`)].map((t) => h("th", {}, t))),
+        its.map((it) => h("tr", {}, h("td", { class: "num" }, it),
+          starts.map((x) => h("td", { class: "num" }, byIt[it] && byIt[it][x] ? `${SV.fmt(byIt[it][x].cr)} (${byIt[it][x].n})` : "–")),
+          starts.map((x) => h("td", { class: "num" }, (held2[it] || {})[x] || "–"))))));
+  }
   return out;
 };
 

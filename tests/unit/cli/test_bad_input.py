@@ -5,6 +5,7 @@ replaced by a failure, so a case that got that far fails instead of starting a c
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from sead_ray.cli.main import main
+from sead_ray.core.config_schema import ConfigError
 from tests.conftest import EMBEDDED_CONFIG, SCENARIO
 from tests.unit.evaluation.test_metrics import HAND
 
@@ -343,3 +345,40 @@ def test_profiles_that_break_rules_are_replayed_with_a_warning(tmp_path, scenari
         profiles = read_profiles(path, scenario)
     assert len(profiles) == 1
     assert any("p.jsonl:1" in r.getMessage() and "violates rule" in r.getMessage() for r in caplog.records)
+
+
+def test_start_depths_are_checked_where_they_are_given():
+    from sead_ray.cli.args import start_depth
+    from tests.conftest import tiny_config
+    assert start_depth("cold") == "cold" and start_depth("2") == 2
+    for bad in ("-1", "deep"):
+        with pytest.raises(argparse.ArgumentTypeError, match="depth"):
+            start_depth(bad)
+    for overrides, key in ((["curriculum.depth=reverse", "curriculum.depths=[0, 0]"], "curriculum.depths"),
+                           (["curriculum.depths=[-1]"], "curriculum.depths"),
+                           (["train.eval_depths=[]"], "train.eval_depths"),
+                           (["train.eval_depths=[cold, -2]"], "train.eval_depths"),
+                           (["curriculum.depth=backwards"], "curriculum.depth")):
+        with pytest.raises(ConfigError, match=key):
+            tiny_config(*overrides)
+
+
+def test_eval_and_compare_play_every_call_from_the_depth_asked(tmp_path):
+    from argparse import Namespace
+
+    from sead_ray.runs.inputs import UsageError, evaluation_profiles, load, write_profiles
+    # a training config's depths never leak into an evaluation
+    cfg, scenario = load(str(EMBEDDED_CONFIG), ["curriculum.depth=reverse"])
+    args = Namespace(seed=3, profiles=None, n=4, user_sets=None, depth=None)
+    cold, _ = evaluation_profiles(args, cfg, scenario)
+    assert [p.start_depth for p in cold] == [None] * 4
+    deep, source = evaluation_profiles(Namespace(**{**vars(args), "depth": 1}), cfg, scenario)
+    assert [p.start_depth for p in deep] == [1] * 4 and [p.state for p in deep] == [p.state for p in cold]
+    assert "1 turn(s) before" in source
+    path = tmp_path / "p.jsonl"
+    write_profiles(path, deep, scenario)
+    from_file, _ = evaluation_profiles(Namespace(**{**vars(args), "profiles": str(path), "n": None}), cfg, scenario)
+    assert [p.start_depth for p in from_file] == [1] * 4
+    path.write_text(path.read_text().replace('"start_depth": 1', '"start_depth": -1', 1))
+    with pytest.raises(UsageError, match="start_depth"):
+        evaluation_profiles(Namespace(**{**vars(args), "profiles": str(path), "n": None}), cfg, scenario)

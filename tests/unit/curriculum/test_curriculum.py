@@ -115,3 +115,53 @@ def test_snapshot_lists_every_state():
     assert set(snap["states"]) == {"0-0-0", "1-0-0", "0-1-0", "1-1-0"}
     assert snap["states"]["0-0-0"] == {"cr": 0.5, "cr_smoothed": None, "attempts": 2, "successes": 1,
                                        "draws": 0, "band": "ideal", "weight": 1.0}
+
+
+# -- starts deeper into the call (curriculum.depth: reverse): cells (state, depth)
+
+def test_an_unseen_cell_takes_its_depths_cr_and_n_max_caps_each_cell():
+    from sead_ray.curriculum.mistake_analysis import StartCells, cell_weights
+    cells = StartCells()
+    cells.record_outcomes([(A, 0, True)] * 4 + [(B, None, True), (B, None, False)])
+    w = cell_weights(cells, [A, B], [0, None], "paper")
+    assert w[(A, 0)] == pytest.approx(0.5)           # CR 1: too easy
+    assert w[(B, 0)] == pytest.approx(0.5)           # unseen: depth 0's pooled CR (1.0)
+    assert w[(B, None)] == pytest.approx(1.0)        # CR 0.5: golden
+    assert w[(A, None)] == pytest.approx(1.0)        # unseen: cold's pooled CR (0.5)
+    cells.record_draw(A, None)
+    cells.record_draw(A, None)
+    capped = cell_weights(cells, [A, B], [0, None], "paper", n_max=2)
+    assert capped[(A, None)] == 0.0 and capped[(A, 0)] > 0 and capped[(B, None)] > 0
+    assert cell_weights(StartCells(), [A], [0, None], "uniform") == {(A, 0): 1.0, (A, None): 1.0}
+    assert StartCells.from_json(cells.to_json()) == cells
+
+
+def test_as_the_starts_near_the_ask_become_easy_the_mass_moves_to_the_cold_call(scenario):
+    from sead_ray.core.config_schema import CurriculumConfig
+    from sead_ray.curriculum.controller import ProfileController
+    controller = ProfileController(scenario, CurriculumConfig(depth="reverse", depths=(0, 1), user_set="soft"), 0)
+    assert controller.depths == [0, 1, None]
+    first = controller.sample(6)
+    assert {p.start_depth for p in first} <= {0, 1, None}
+    before = controller.snapshot()["depths"]
+    assert before["cold"]["share"] == pytest.approx(1 / 3)        # nothing played yet: every depth alike
+    state = first[0].state
+    # depth 0 and 1 won every time, cold half the time
+    controller.update([(state, 0, True)] * 6 + [(state, 1, True)] * 6 + [(state, None, True), (state, None, False)])
+    after = controller.snapshot()["depths"]
+    assert after["cold"]["share"] > 0.49 and after["d0"]["band"] == "too_easy" and after["cold"]["band"] == "ideal"
+    assert after["d0"]["cr"] == 1.0 and after["cold"]["attempts"] == 2
+    # resumable: the cells and the RNG travel in the state dict, the next draws are the same
+    clone = ProfileController(scenario, CurriculumConfig(depth="reverse", depths=(0, 1), user_set="soft"), 99)
+    clone.load_state_dict(controller.state_dict())
+    assert [(p.state, p.start_depth) for p in clone.sample(5)] == [(p.state, p.start_depth) for p in controller.sample(5)]
+
+
+def test_under_reverse_n_max_caps_each_cell_not_each_state(scenario):
+    from sead_ray.core.config_schema import CurriculumConfig
+    from sead_ray.curriculum.controller import ProfileController
+    cfg = CurriculumConfig(depth="reverse", depths=(0,), user_set="soft", n_max=1, mode="uniform")
+    controller = ProfileController(scenario, cfg, 0)
+    cells = len(controller.states) * 2
+    drawn = [(p.state, p.start_depth) for _ in range(cells // 2) for p in controller.sample(2)]
+    assert len(drawn) == cells and len(set(drawn)) == cells      # every cell once, none twice

@@ -317,3 +317,50 @@ def test_sop_rehearsal_fine_tunes_on_the_won_script_calls_then_checkpoints_itera
     (tmp_path / "resumed" / "dialogues" / "eval_0000.jsonl").write_text("")
     asyncio.run(resumed.run())
     assert len(again.trained) == 1 and [r["phase"] for r in again.rows] == ["train", "eval"]
+
+
+class PlainRuleUsers(RuleUsers):
+    """The rule back-end without a planted phrase: the honest script wins its calls, so starts exist."""
+
+    def __init__(self, scenario):
+        self.sim = RuleUserSimulator(scenario)
+
+
+def test_under_reverse_calls_start_where_drawn_their_script_turns_untrained_and_counted_per_start(
+        scenario, smollm_tokenizer, tmp_path):
+    from sead_ray.play.starts import honest_start
+    cfg = tiny_config("train.batch_size=6", "train.iterations=1", "curriculum.depth=reverse", "curriculum.user_set=soft",
+                      "dialogue.max_turns=6", "train.eval_every=1", "train.eval_depths=[cold, 0]")
+    system = FakeLoopSystem(cfg, scenario, None)
+    system._endpoints = RolloutEndpoints(FakeAgentEndpoint(smollm_tokenizer), PlainRuleUsers(scenario),
+                                         smollm_tokenizer, engines=1)
+    held_out = ProfileController(scenario, cfg.curriculum.__class__(user_set="soft"), 5).sample(3)
+    start = TrainState(0, system.controller.state_dict())
+    asyncio.run(SelfEvolutionLoop(cfg, scenario, system, tmp_path, start, saved=False, held_out=held_out).run())
+    records = [json.loads(line) for line in (tmp_path / "dialogues" / "iter_0001.jsonl").read_text().splitlines()]
+    depths = [r["profile"].get("start_depth") for r in records]
+    assert set(depths) - {None} and set(depths) <= {0, 1, 2, None}
+    settings_user = PlainRuleUsers(scenario)
+    from sead_ray.play.dialogue import call_settings
+    from sead_ray.scenario.profiles import Profile
+    for record in records:
+        scripted = [t for t in record["turns"] if t.get("scripted")]
+        depth = record["profile"].get("start_depth")
+        assert (depth is None) == (not scripted)
+        assert all(t["user_status"] == "continue" for t in scripted)   # no drawn start is already decided
+        assert len(record["turns"]) > len(scripted)                       # the policy played
+        if depth is not None:   # the script's turns are the honest start at that depth on this profile
+            profile = Profile.from_json(record["profile"], scenario.schema)
+            expected = asyncio.run(honest_start(scenario, profile, settings_user.respond,
+                                                call_settings(cfg, scenario), depth))
+            assert [t["agent_raw"] for t in scripted] == list(expected.turns)
+    # the trainer saw only the policy's tokens: one fixed reply per policy turn
+    reply_tokens = len(smollm_tokenizer(REPLY, add_special_tokens=False)["input_ids"]) + 1
+    policy_turns = [sum(not t.get("scripted") for t in r["turns"]) for r in records]
+    assert sorted(sum(s.loss_mask) for s in system.trained[0]) == sorted(n * reply_tokens for n in policy_turns)
+    # Mistake Analysis got each call's start
+    assert [d for _, d, _ in system.outcomes[0]] == depths
+    assert {row["phase"] for row in system.rows} >= {"eval", "eval_d0"}
+    assert all(r["profile"].get("start_depth") in (0, None)
+               for r in map(json.loads, (tmp_path / "dialogues" / "eval_0001_d0.jsonl").read_text().splitlines()))
+    assert (tmp_path / "dialogues" / "eval_0001.jsonl").exists()

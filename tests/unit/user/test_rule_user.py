@@ -271,17 +271,17 @@ def test_malformed_rule_sections_name_the_field(tmp_path, mutate, needle):
 
 
 def test_user_sets_bound_the_initial_states(scenario):
-    from types import SimpleNamespace
+    from dataclasses import replace
 
+    from sead_ray.core.config_schema import CurriculumConfig
     from sead_ray.curriculum.controller import ProfileController
-    cfg = SimpleNamespace(mode="uniform", n_max=200, smoothing="none", beta_prior=2.0, easy_above=0.6,
-                          hard_below=0.4, profile_sampling=True, min_behaviors=1, max_behaviors=3, user_set="hard")
+    cfg = CurriculumConfig(mode="uniform", user_set="hard")
     profiles = ProfileController(scenario, cfg, seed=0).sample(20)
     hard = scenario.user_sets["hard"]
     assert all(hard.contains(scenario.schema, p.state) and 2 <= len(p.behaviors) <= 3 for p in profiles)
     assert {p.extra["user_set"] for p in profiles} == {"hard"}
     with pytest.raises(ConfigError, match="no user set 'medium'"):
-        ProfileController(scenario, SimpleNamespace(**{**vars(cfg), "user_set": "medium"}), seed=0)
+        ProfileController(scenario, replace(cfg, user_set="medium"), seed=0)
 
 
 def test_a_free_form_profile_starts_the_user_at_the_middle_of_each_scale(sim, scenario):
