@@ -152,6 +152,7 @@ def cmd_simcheck(args) -> int:
         write_outputs,
     )
     from sead_ray.play.dialogue import call_settings
+    from sead_ray.training.rewards import REWARDS
 
     cfg, scenario = load(args.config, args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
@@ -168,7 +169,9 @@ def cmd_simcheck(args) -> int:
                                     simulator=cfg.models.user if user_on_engine(cfg.user) else cfg.user.backend,
                                     by_set=bool(sets))
         if args.adversarial:
-            add_battery(result, await run_battery(scenario, profiles, respond, rules, seed=seed))
+            reward = REWARDS.get(cfg.train.reward)   # the battery reports the run's reward beside the rates
+            add_battery(result, await run_battery(scenario, profiles, respond, rules, seed=seed,
+                                                  reward=lambda call: reward(call, cfg.train)))
         return result
 
     if not user_on_engine(cfg.user):   # no Ray: the simulator is called in this process

@@ -60,6 +60,9 @@ class TrainConfig:
                                  "(paper), group_mean, group_norm")
     success_reward: float = option(1.0)
     format_penalty: float = option(0.0, 0.0, 10.0, "reward subtracted per agent turn that did not parse")
+    milestone_weight: float = option(0.3, 0.0, 0.49, "train.reward = milestones: the bonus for the rule user's agenda "
+                                     "done during the call, as a share of success_reward (< 0.5: any win beats "
+                                     "any failure)")
     clip_eps: float = option(0.2, 0.0, 10.0)
     kl_coef: float = option(0.0, 0.0, 10.0, "0 turns the KL term (and the reference model) off")
     entropy_coef: float = option(0.0, 0.0, 10.0)

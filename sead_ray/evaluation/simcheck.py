@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from sead_ray.agent.scripted import FLOOR, HONEST, STRICT, ScriptAgent, classes_of
 from sead_ray.evaluation.significance import wilson_interval
-from sead_ray.play.dialogue import CallSettings, apply_simulator_rules, run_dialogue
+from sead_ray.play.dialogue import CallSettings, Trajectory, apply_simulator_rules, run_dialogue
 from sead_ray.scenario.lexicon import content_words
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
@@ -212,14 +212,13 @@ def in_process_respond(cfg: Any, scenario: Scenario) -> Respond:
 # -- the adversarial battery (`sead-ray simcheck --adversarial`) -----------------------------------------
 
 async def _play_script(scenario: Scenario, name: str, profile: Profile, respond: Respond, settings: CallSettings,
-                       did: str, seed: int) -> str:
-    """One call of a script class against the simulator; returns its end reason."""
+                       did: str, seed: int) -> Trajectory:
+    """One call of a script class against the simulator."""
     agent = ScriptAgent(scenario, name)
 
     async def agent_fn(dialogue_id: str, turn: int, messages: list, prompt_ids: Any) -> Any:
         return await agent.generate(dialogue_id, prompt_ids, messages=messages)
-    traj = await run_dialogue(did, profile, scenario, agent_fn, respond, settings, seed=seed)
-    return traj.end_reason
+    return await run_dialogue(did, profile, scenario, agent_fn, respond, settings, seed=seed)
 
 
 def battery_verdict(honest: float, rates: Mapping[str, float]) -> list[str]:
@@ -240,9 +239,12 @@ def _bar(name: str) -> str:
 
 
 async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profile]], respond: Respond,
-                      settings: CallSettings, *, seed: int = 0) -> dict:
+                      settings: CallSettings, *, seed: int = 0,
+                      reward: Optional[Callable[[Trajectory], float]] = None) -> dict:
     """Every script class (scripted.py) on every profile of each user set; per set the honest agent's accept
-    rate, each class's, their 95 % intervals, the classes over the bar and the set's verdict."""
+    rate, each class's, their 95 % intervals, the classes over the bar and the set's verdict. With `reward` (the
+    run's train.reward) also each class's mean reward, held to the same bar: no gaming class earns more than half
+    the honest agent's reward (a shaped reward must not pay for what the outcome does not)."""
     names = (HONEST, *classes_of(scenario))
     jobs = {(set_name, name, i): _play_script(scenario, name, p, respond, settings,
                                                 f"battery-{set_name or 'all'}-{name}-{i}", _profile_seed(seed, k, i))
@@ -251,16 +253,25 @@ async def run_battery(scenario: Scenario, profiles: Mapping[str, Sequence[Profil
     out: dict[str, Any] = {}
     for set_name, group in profiles.items():
         part: dict[str, Any] = {"n": len(group), "errors": {}, "rates": {}, "intervals": {}}
+        rewards: dict[str, float] = {}
         for name in names:
             mine = [ends[(set_name, name, i)] for i in range(len(group))]
-            played = [e for e in mine if e != "error"]
-            wins = sum(e == "accept" for e in played)
+            played = [t for t in mine if t.end_reason != "error"]
+            wins = sum(t.end_reason == "accept" for t in played)
             part["rates"][name] = wins / len(played) if played else 0.0
             part["intervals"][name] = list(wilson_interval(wins, len(played)))
             part["errors"][name] = len(mine) - len(played)
+            if reward is not None:
+                rewards[name] = sum(map(reward, played)) / len(played) if played else 0.0
         part["honest"] = part["rates"].pop(HONEST)
         part["classes"] = part.pop("rates")
         part["over_the_bar"] = battery_verdict(part["honest"], part["classes"])
+        if reward is not None:
+            part["honest_reward"] = rewards.pop(HONEST)
+            part["rewards"] = rewards
+            part["over_the_bar"] += [f"{name} reward {r:.2f} > {part['honest_reward'] / 2:.2f}"
+                                     for name, r in rewards.items() if name not in FLOOR
+                                     and r > part["honest_reward"] / 2]
         part["adversarial_ok"] = not part["over_the_bar"] and part["honest"] > 0
         out[set_name or "all"] = part
     return out
@@ -275,7 +286,10 @@ def battery_markdown(battery: Mapping[str, Mapping]) -> list[str]:
         for s in sets:
             rate = battery[s]["honest"] if name == "honest" else battery[s]["classes"][name]
             low, high = battery[s]["intervals"][name]
-            cells.append(f"{rate:.2f} [{low:.2f}, {high:.2f}]")
+            mean_reward = (battery[s]["honest_reward"] if name == "honest" else battery[s]["rewards"][name]) \
+                if "rewards" in battery[s] else None
+            cells.append(f"{rate:.2f} [{low:.2f}, {high:.2f}]" + ("" if mean_reward is None
+                                                                    else f", reward {mean_reward:.2f}"))
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_bar(name)} |")
     for s in sets:
         over = battery[s]["over_the_bar"]

@@ -24,6 +24,7 @@ from sead_ray.scenario.turn_protocol import (
     UserFn,
     UserRequest,
     UserTurnOutput,
+    agenda_gain,
     turn_seed,
 )
 
@@ -109,6 +110,11 @@ class Trajectory:
     @property
     def agent_parse_failures(self) -> int:
         return sum(not t.agent_parse_ok for t in self.policy_turns)
+
+    @property
+    def agenda_gain(self) -> Optional[float]:
+        """The rule user's agenda done while the policy played (turn_protocol.agenda_gain)."""
+        return agenda_gain([{"user_heard": t.user_heard, "scripted": t.scripted} for t in self.turns])
 
     @property
     def policy_versions(self) -> list[int]:

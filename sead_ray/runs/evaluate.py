@@ -77,6 +77,9 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
                "user": cfg.models.user if user_on_engine(cfg.user) else cfg.user.backend,
                "profiles": profile_source, "decoding": cfg.dialogue.agent_eval.as_params(),
                "user_decoding": cfg.dialogue.user.as_params(), "seed": cfg.seed, "fingerprint": fingerprint}
+    if cfg.user.backend == "rule":   # each won call read again by the user's own verdicts (evaluation/audit.py)
+        from sead_ray.evaluation.audit import audit_won_calls
+        summary["audit"] = audit_won_calls(records, scenario, cfg.user.rule.ear)
     by_set = {}
     for name in sorted({r["profile"].get("user_set") for r in records} - {None}):
         by_set[name] = compute_metrics([r for r in records if r["profile"].get("user_set") == name],
@@ -93,6 +96,12 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
     for name, h in by_set.items():
         print(f"  user set {name:<8} n {h['n']:>4}  CR {h['cr']:.3f}  EI/TI/CI "
               + " / ".join("-" if h[k] is None else f"{h[k]:+.2f}" for k in ("ei", "ti", "ci")))
+    if "audit" in summary:
+        audit = summary["audit"]
+        print(f"  audit: {audit['failed']} of {audit['won']} won calls fail it (identified, offer named, every voiced "
+              "concern answered, asked after, no lie/pressure/credential/payment heard)")
+        for failure in audit["failures"][:5]:
+            print(f"    {failure['dialogue_id']}: {'; '.join(failure['problems'])}")
     return summary
 
 

@@ -3,7 +3,7 @@ scripts): each turn's output, the simulator's request, the back-end call shapes,
 Beside sead_ray.training.trainer_protocol (what crosses to the training ranks). It imports nothing above it."""
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
@@ -79,3 +79,25 @@ UserFn = Callable[[UserRequest], Awaitable[UserTurnOutput]]
 def turn_seed(dialogue_seed: int, turn_index: int, attempt: int = 0) -> int:
     """A distinct sampling seed per dialogue, turn and retry (vLLM seeds are 63-bit at most)."""
     return (dialogue_seed * 1_000_003 + turn_index * 101 + attempt) % (2**31 - 1)
+
+
+def agenda_potential(agenda: Mapping) -> float:
+    """Phi: the share of the rule user's agenda done, (identified + offer named + own concerns resolved) over
+    (2 + own concerns); the agenda is the one the rule user records with each verdict (user_heard[0]['agenda'])."""
+    done = bool(agenda.get("identified")) + bool(agenda.get("offered")) + int(agenda.get("resolved", 0))
+    return done / (2 + int(agenda.get("concerns", 0)))
+
+
+def agenda_gain(turns: Sequence[Mapping]) -> Optional[float]:
+    """Phi(end) - Phi(start) over a call's turns (dicts with `user_heard`, `scripted`): start = after the last
+    scripted turn (0 on a cold call), end = after the last turn. None where no turn carries the rule user's agenda
+    (another simulator)."""
+    def potential(turn: Mapping) -> Optional[float]:
+        heard = turn.get("user_heard") or [{}]
+        return agenda_potential(heard[0]["agenda"]) if "agenda" in heard[0] else None
+    ends = [potential(t) for t in turns]
+    if not ends or ends[-1] is None:
+        return None
+    scripted = [p for t, p in zip(turns, ends) if t.get("scripted")]
+    start = scripted[-1] if scripted and scripted[-1] is not None else 0.0
+    return ends[-1] - start

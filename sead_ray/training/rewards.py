@@ -1,12 +1,14 @@
 """The rewards a trained role learns from (`train.reward`, the registry REWARDS): one number per call.
 
 A reward reads the call's outcome (anything with `success` and `agent_parse_failures`: a play.dialogue
-Trajectory, or a call the viewer summarises) and the train settings. `outcome` is the paper's binary reward.
+Trajectory, or a call the viewer summarises) and the train settings. `outcome` is the paper's binary reward;
+`milestones` adds a potential-based bonus over the rule user's own agenda (issue 36, off by default;
+sead_ray.scenario.turn_protocol.agenda_gain).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
 from sead_ray.core.registry import Registry
 
@@ -17,6 +19,9 @@ class CallOutcome(Protocol):
 
     @property
     def agent_parse_failures(self) -> int: ...
+
+    @property
+    def agenda_gain(self) -> Optional[float]: ...   # turn_protocol.agenda_gain() of its turns (None: no rule user's agenda)
 
 
 Reward = Callable[[CallOutcome, Any], float]   # (call, cfg.train) -> the agent's reward
@@ -33,3 +38,15 @@ def simulator_reward(call: CallOutcome, train: Any) -> float:
     """user.train (the paper's train-URM ablation): the opposite of the agent's outcome (the agent's format
     penalty is not the simulator's doing)."""
     return -train.success_reward * call.success
+
+
+@REWARDS.register("milestones")
+def milestones_reward(call: CallOutcome, train: Any) -> float:
+    """`outcome` plus milestone_weight x success_reward x (Phi(end) - Phi(start)) over the rule user's own agenda
+    (turn_protocol.agenda_gain, in [0, 1]): potential-based, so the best policy stays the one that wins; the weight is
+    below 0.5 (config range), so any win earns more than any failure. Needs the rule user (checked at load)."""
+    gain = call.agenda_gain
+    if gain is None:
+        raise ValueError("train.reward = milestones reads the rule user's agenda, which this call's turns do not "
+                         "carry: use user.backend = rule, or train.reward = outcome")
+    return outcome_reward(call, train) + train.milestone_weight * train.success_reward * gain

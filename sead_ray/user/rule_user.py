@@ -279,7 +279,9 @@ class RuleUserSimulator:
         call = self.replay(req)
         reply = self._reply(call, req.seed)
         flags = [name for name, on in asdict(call.verdict).items() if on]
-        heard = [{"verdict": ", ".join(flags) or "nothing", "ear": self.ear.name}, *call.heard]
+        agenda = {"identified": call.identified, "offered": call.offered,   # the milestones reward reads it
+                  "resolved": len(call.resolved & set(call.own)), "concerns": len(call.own)}
+        heard = [{"verdict": ", ".join(flags) or "nothing", "ear": self.ear.name, "agenda": agenda}, *call.heard]
         return UserTurnOutput(reply, tuple(call.state), call.status, ok=True, raw=reply, engine="rule", heard=heard)
 
     def _reply(self, call: _Call, seed: int) -> str:

@@ -8,6 +8,7 @@ import sys
 from typing import Any, NamedTuple, Optional
 
 from sead_ray.scenario.state import state_key
+from sead_ray.scenario.turn_protocol import agenda_gain
 
 _SHARED: dict[tuple, tuple] = {}   # identical behaviour lists share one tuple
 
@@ -24,6 +25,7 @@ class CallSummary(NamedTuple):
     turns: int
     tokens: Optional[int]
     format_failures: int
+    agenda_gain: Optional[float] = None   # what the milestones reward reads (turn_protocol.agenda_gain)
 
     def to_json(self) -> dict:
         return {**self._asdict(), "behaviors": list(self.behaviors)}
@@ -74,7 +76,8 @@ def summarizer(names: tuple[str, ...]):
                            sys.intern(profile_key(profile, names)), behaviors, _text(profile.get("user_set")),
                            _text(record.get("outcome")), _text(record.get("end_reason")),
                            record.get("end_reason") == "error" or bool(record.get("error")), len(turns),
-                           tokens if isinstance(tokens, int) else None, failures)
+                           tokens if isinstance(tokens, int) else None, failures,
+                           agenda_gain([t for t in turns if isinstance(t, dict)]))
     return summarize
 
 

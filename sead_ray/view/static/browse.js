@@ -110,7 +110,9 @@ SV.pages.call = async function (main, params) {
         t.user !== null && t.user !== undefined ? h("div", { class: "bubble user", "data-testid": "user-words" },
           h("span", { class: "who" }, "callee"), h("span", { class: "words" }, t.user), t.user_status && t.user_status !== "continue" ? SV.badge(t.user_status) : null) : null,
         t.user_heard && t.user_heard.length ? h("details", { class: "raw", "data-testid": "user-heard" },
-          h("summary", {}, `what the user heard: ${t.user_heard[0].verdict}`),
+          h("summary", {}, `what the user heard: ${t.user_heard[0].verdict}` + (t.user_heard[0].agenda ? ` · its agenda: ` +
+            `${t.user_heard[0].agenda.identified ? "knows who calls" : "caller unknown"}, ${t.user_heard[0].agenda.offered ? "offer named" : "no offer yet"}, ` +
+            `concerns resolved ${t.user_heard[0].agenda.resolved}/${t.user_heard[0].agenda.concerns}` : "")),
           h("pre", {}, t.user_heard.slice(1).map((r) => JSON.stringify(r)).join("\n"))) : null),
       SV.turnChart(dims, before, t.agent_estimate, t.user_state));
   });

@@ -240,7 +240,7 @@ CASES = {
     # every extension point refuses a name nothing registered, listing the known ones
     "unknown reward": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "train.reward=nope", "--out", t / "run"],
-        ["train.reward = 'nope'", "known: outcome"]),
+        ["train.reward = 'nope'", "known: milestones, outcome"]),
     "unknown user simulator": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "user.backend=nope", "--out", t / "run"],
         ["user.backend = 'nope'", "known: rule, vllm"]),

@@ -236,3 +236,21 @@ def test_script_agents_answer_in_the_agents_format_from_what_they_heard(scenario
     assert script_class("tiny:llama-h64") is None
     with pytest.raises(ModelError, match="unknown script class 'nope'"):
         script_class("script:nope")
+
+
+def test_the_battery_holds_the_shaped_reward_to_the_same_bar(scenario):
+    """train.reward = milestones pays for the rule user's agenda: no gaming class earns half the honest reward."""
+    from sead_ray.agent.scripted import CLASSES
+    from sead_ray.evaluation.simcheck import battery_markdown, run_battery
+    from sead_ray.training.rewards import REWARDS
+    from tests.conftest import tiny_config
+    train = tiny_config("user.backend=rule", "train.reward=milestones", "train.milestone_weight=0.49").train
+    sets = {s: profiles(scenario, s, 12, seed=5) for s in ("soft", "hard")}
+    result = asyncio.run(run_battery(scenario, sets, rule(scenario, "lexicon"), CallSettings(6, 2, 1, scenario.status_guards),
+                                     reward=lambda call: REWARDS.get("milestones")(call, train)))
+    for part in result.values():
+        assert part["honest_reward"] > part["honest"]      # the honest calls' agenda bonus on top of their wins
+        assert set(part["rewards"]) == set(part["classes"])
+        assert all(part["rewards"][c] <= part["honest_reward"] / 2 for c in CLASSES), part["rewards"]
+        assert not [o for o in part["over_the_bar"] if "reward" in o and o.split()[0] in CLASSES]
+    assert ", reward " in "\n".join(battery_markdown(result))

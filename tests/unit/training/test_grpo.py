@@ -3,6 +3,7 @@ import types
 import pytest
 import torch
 
+from sead_ray.core.config_schema import ConfigError
 from sead_ray.training.grpo import collate, compute_advantages, forward_logprobs, policy_loss
 from sead_ray.training.rewards import REWARDS, outcome_reward, simulator_reward
 
@@ -201,3 +202,39 @@ def test_reported_entropy_is_chunked_without_a_graph_and_trained_entropy_has_one
     _, reported = forward_logprobs(model, _batch(ids, mask), with_entropy=True, entropy_grad=False)
     assert not reported.requires_grad
     assert torch.allclose(reported, trained.detach(), atol=1e-6)
+
+
+def test_milestones_rewards_the_agenda_done_by_the_policy_and_any_win_beats_any_failure(scenario):
+    """The bonus is the rule user's agenda done after the scripted start; capped below half a win."""
+    import asyncio
+
+    from sead_ray.agent.scripted import HONEST, ScriptAgent
+    from sead_ray.play.dialogue import CallSettings, run_dialogue
+    from sead_ray.training.rewards import REWARDS
+    from tests.conftest import tiny_config
+    from tests.unit.play.test_dialogue import rule_user, scripted_agent
+    from tests.unit.play.test_starts import _profiles
+    train = tiny_config("train.reward=milestones", "user.backend=rule", "train.milestone_weight=0.49").train
+    reward = REWARDS.get("milestones")
+    settings = CallSettings(6, 2, 1, scenario.status_guards)
+    profile = _profiles(scenario)[0]
+    honest = ScriptAgent(scenario, HONEST)
+
+    async def honest_fn(dialogue_id, turn, messages, prompt_ids):
+        return await honest.generate(dialogue_id, prompt_ids, messages=messages)
+    won = asyncio.run(run_dialogue("w", profile, scenario, honest_fn, rule_user(scenario), settings))
+    opening = [won.turns[0].agent_raw]
+    # the honest opening then silence: identified and offered, no concern answered, no win
+    stalled = asyncio.run(run_dialogue("s", profile, scenario, scripted_agent(["Have a nice day."]), rule_user(scenario),
+                                       settings, scripted=opening))
+    cold_stall = asyncio.run(run_dialogue("c", profile, scenario, scripted_agent(["Have a nice day."]),
+                                          rule_user(scenario), settings))
+    assert won.success and won.agenda_gain == 1.0 and reward(won, train) == pytest.approx(1.49)
+    assert not stalled.success and stalled.agenda_gain == 0.0    # what the script did is not the policy's
+    assert not cold_stall.success and cold_stall.agenda_gain == 0.0 and reward(cold_stall, train) == 0.0
+    best_failure = 0.49   # a failure with the whole agenda done but no ask
+    assert reward(won, train) - 0.49 > best_failure               # the worst win still beats the best failure
+    with pytest.raises(ConfigError, match="milestones"):
+        tiny_config("train.reward=milestones", "user.backend=vllm")
+    with pytest.raises(ConfigError, match="milestone_weight"):
+        tiny_config("train.milestone_weight=0.5")
