@@ -59,6 +59,12 @@ class StatsActor:
         controller's snapshot (band fractions, sampling entropy)."""
         m = compute_metrics(records, self.schema)
         row = {"iteration": iteration, "phase": phase, "time": time.time(), **m.to_json(), **(extra or {})}
+        user_sets = sorted({r["profile"].get("user_set") or "" for r in records})
+        if len(user_sets) > 1:   # a held-out set drawn from several user sets (train.eval_user_sets)
+            row["cr_by_user_set"] = {s: {"successes": m.successes, "n": m.n} for s in user_sets
+                                     for m in [compute_metrics([r for r in records
+                                                                if (r["profile"].get("user_set") or "") == s],
+                                                               self.schema)]}
         by_start = completion_by_start(records)
         if by_start:   # calls started deeper (curriculum.depth: reverse): CR per start, the frontier
             row["cr_by_start"] = by_start

@@ -84,6 +84,9 @@ class TrainConfig:
     eval_every: int = option(0, 0, 100000,
                              "evaluate greedily on a fixed held-out profile set every K iterations (0 = never)")
     eval_profiles: int = option(16, 1, 100000, "size of the held-out profile set (drawn once per run)")
+    eval_user_sets: tuple[str, ...] = option((), doc="draw the held-out set from each of these user sets of the "
+                                             "scenario (eval_profiles each, e.g. [soft, hard]); empty: the "
+                                             "curriculum's user_set")
     eval_depths: tuple[Union[int, Literal["cold"]], ...] = option(
         ("cold",), doc="the starts each held-out evaluation plays: cold and/or depths d >= 0 (sead_ray.play.starts)")
     checkpoint_every: int = option(1, 0, 100000, "0 = only at the end (and on a stop or a failure)")

@@ -176,14 +176,16 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str],
                               "K turns before the honest script's ask)", columns,
                               {r["iteration"]: {s: f"{c['cr']:.2f} ({c['n']})" for s, c in r["cr_by_start"].items()}
                                for r in trained_starts})
-    if held_out_starts and set(held_out_starts) != {"cold"}:
+    if held_out_starts and (set(held_out_starts) != {"cold"} or any(r.get("cr_by_user_set") for r in held_out)):
         columns = sorted(held_out_starts, key=start_order)
         cells: dict[int, dict[str, str]] = {}
         for start, start_rows in held_out_starts.items():
             for r in start_rows:
                 k, n = calls_of(r)
-                cells.setdefault(r["iteration"], {})[start] = f"{k}/{n}"
-        lines += starts_table("## Held-out evaluation by start (greedy, won/calls)", columns, cells)
+                by_set = r.get("cr_by_user_set") or {}
+                cells.setdefault(r["iteration"], {})[start] = f"{k}/{n}" + (" ({})".format(", ".join(
+                    f"{name or 'no set'} {c['successes']}/{c['n']}" for name, c in by_set.items())) if by_set else "")
+        lines += starts_table("## Held-out evaluation by start (greedy, won/calls, per user set)", columns, cells)
     plots = ["progress.png", "cr_by_state.png"] + (["cr_by_start.png"] if trained_starts or held_out_starts else [])
     lines += ["", f"- checkpoint: `{checkpoint or 'none yet'}`",
               f"- TensorBoard: `tensorboard --logdir {run_dir / 'tensorboard'}`",

@@ -37,7 +37,9 @@ def held_out_profiles(cfg: SeadConfig, scenario: Scenario, run_dir: Path) -> lis
     if path.exists():
         return read_profiles(path, scenario)
     curriculum = replace(cfg.curriculum, mode="uniform", depth="off")   # cold: each evaluation sets its depth
-    profiles = ProfileController(scenario, curriculum, cfg.seed + HELD_OUT_SEED).sample(cfg.train.eval_profiles)
+    profiles = [p for user_set in cfg.train.eval_user_sets or (curriculum.user_set,)
+                for p in ProfileController(scenario, replace(curriculum, user_set=user_set),
+                                           cfg.seed + HELD_OUT_SEED).sample(cfg.train.eval_profiles)]
     write_jsonl(path, (p.to_json(scenario.schema) for p in profiles))
     return profiles
 

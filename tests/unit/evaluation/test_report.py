@@ -58,13 +58,14 @@ def test_report_shows_the_frontier_per_start(tmp_path):
              "cr_by_start": {"d0": {"cr": 0.5 + 0.2 * i, "n": 6}, "cold": {"cr": 0.1 * i, "n": 10}}} for i in (1, 2)]
     rows += [{"iteration": i, "phase": phase, "n": 16, "successes": k}
              for i, phase, k in ((0, "eval", 1), (0, "eval_d0", 9), (2, "eval", 4), (2, "eval_d0", 15))]
+    rows[-1]["cr_by_user_set"] = {"hard": {"successes": 7, "n": 8}, "soft": {"successes": 8, "n": 8}}
     files = write_report(_run_dir(tmp_path, rows), _schema())
     assert [f.name for f in files] == ["summary.md", "progress.png", "cr_by_start.png", "cr_by_state.png"]
     with Image.open(files[2]) as im:
         assert im.size[0] > 400
     table = files[0].read_text()
     assert "| 2 | 0.90 (6) | 0.20 (10) |" in table                   # training calls: d0, then cold
-    assert "| 0 | 9/16 | 1/16 |" in table and "| 2 | 15/16 | 4/16 |" in table   # held-out: d0, then cold
+    assert "| 0 | 9/16 | 1/16 |" in table and "| 2 | 15/16 (hard 7/8, soft 8/8) | 4/16 |" in table   # d0, cold
 
 
 def test_report_errors_name_the_problem(tmp_path, capsys):

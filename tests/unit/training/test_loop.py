@@ -364,3 +364,13 @@ def test_under_reverse_calls_start_where_drawn_their_script_turns_untrained_and_
     assert all(r["profile"].get("start_depth") in (0, None)
                for r in map(json.loads, (tmp_path / "dialogues" / "eval_0001_d0.jsonl").read_text().splitlines()))
     assert (tmp_path / "dialogues" / "eval_0001.jsonl").exists()
+
+
+def test_a_held_out_set_from_several_user_sets_is_cold_and_labelled(scenario, tmp_path):
+    from sead_ray.runs.train import held_out_profiles
+    cfg = tiny_config("train.eval_profiles=3", "train.eval_user_sets=[soft, hard]", "curriculum.depth=reverse")
+    held_out = held_out_profiles(cfg, scenario, tmp_path)
+    assert [p.extra["user_set"] for p in held_out] == ["soft"] * 3 + ["hard"] * 3
+    assert all(scenario.user_sets[p.extra["user_set"]].contains(scenario.schema, p.state) for p in held_out)
+    assert {p.start_depth for p in held_out} == {None}       # each evaluation sets where its calls start
+    assert held_out_profiles(cfg, scenario, tmp_path) == held_out
