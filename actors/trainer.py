@@ -163,9 +163,9 @@ class _Worker:
     def step(self, request: StepRequest, shard: list[Sample]) -> RankStepResult:
         """One GRPO update over this rank's shard."""
         from sead_ray.training.grpo import gradient_norm, grpo_update, micro_batches
-        t0 = time.perf_counter()
-        s = self.settings
+        t0, s = time.perf_counter(), self.settings
         batches = micro_batches(shard, s.micro_batch_size, self.pad_id, s.max_seq_len, pad_to=s.grad_accum_steps)
+        self.engine.optimizer.param_groups[0]["lr"] = request.lr or s.lr   # one group; the warm start has its own rate
         norm_at_zero0 = None
 
         def backward_and_step(loss):
@@ -359,11 +359,11 @@ class TrainerGroup:
             ray.get(self.mailbox.post_request.remote(self.seq, request, shards or [None] * self.world), timeout=60)
             return self._results(self.seq, timeout_s or self.cfg.trainer.timeout_s)
 
-    def step(self, samples: Sequence[Sample]) -> StepMetrics:
-        """One GRPO update on the batch; returns the step's figures over the whole batch."""
+    def step(self, samples: Sequence[Sample], lr: Optional[float] = None) -> StepMetrics:
+        """One GRPO update on the batch (at `lr`, default train.lr); returns the step's figures over the batch."""
         t0 = time.perf_counter()
         shards = shard_samples(samples, self.world, self.settings.grad_accum_steps * self.settings.micro_batch_size)
-        results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples)), shards)
+        results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples), lr), shards)
         return aggregate_step(results, time.perf_counter() - t0)
 
     def sync_weights(self, version: int, engines: Optional[Sequence[Any]] = None) -> SyncResult:

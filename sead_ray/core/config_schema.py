@@ -70,6 +70,11 @@ class TrainConfig:
     # entropy_coef 0 such a step has no gradient and would only move the weights by Adam's momentum
     skip_no_signal_steps: bool = option(False, doc="skip a GRPO step whose every advantage is 0 (no reward differences): "
                                     "weights, optimizer and version stay as they are")
+    # the same filter per call (DAPO's dynamic sampling without resampling): a call whose advantage is 0 adds
+    # nothing to the policy gradient but its tokens' forward and backward passes, most of a CPU step's time
+    drop_no_signal_calls: bool = option(False, doc="leave calls with advantage 0 out of the GRPO step (with kl_coef and "
+                                        "entropy_coef 0 they carry no gradient); the loss is then the token mean "
+                                        "over the calls that carry signal")
     grad_clip: float = option(1.0, 0.0, 1e6)
     ppo_epochs: int = option(1, 1, 100)
     micro_batch_size: int = option(4, 1, 4096)
@@ -81,6 +86,8 @@ class TrainConfig:
         "warm_start); checkpointed as iteration 0")
     warm_start_steps: int = option(20, 1, 100000, "SOP rehearsal: fine-tuning steps")
     warm_start_calls: int = option(8, 1, 100000, "SOP rehearsal: script calls played per step (those won are learned)")
+    warm_start_lr: float = option(0.0, 0.0, 1.0, "SOP rehearsal: learning rate of its steps (supervised, so larger than "
+                                  "GRPO's); 0 = train.lr")
     eval_every: int = option(0, 0, 100000,
                              "evaluate greedily on a fixed held-out profile set every K iterations (0 = never)")
     eval_profiles: int = option(16, 1, 100000, "size of the held-out profile set (drawn once per run)")

@@ -15,8 +15,15 @@ from typing import Any, Optional
 
 import numpy as np
 
-from sead_ray.curriculum.mistake_analysis import (CurriculumState, Depth, StartCells, cell_weights, curriculum_snapshot,
-                                                  depth_snapshot, sampling_weights)
+from sead_ray.curriculum.mistake_analysis import (
+    CurriculumState,
+    Depth,
+    StartCells,
+    cell_weights,
+    curriculum_snapshot,
+    depth_snapshot,
+    sampling_weights,
+)
 from sead_ray.scenario.profiles import Profile, sample_profiles
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State

@@ -20,7 +20,6 @@ from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import UserFn
 
-
 COLD = None   # Profile.start_depth of the paper's cold call
 
 

@@ -52,7 +52,7 @@ class LoopSystem(Protocol):
     async def controller_state(self) -> dict: ...
     @property
     def trained_roles(self) -> list[str]: ...   # "agent", and "user" with user.train
-    async def grpo_step(self, samples: list[Sample], role: str = "agent") -> StepMetrics: ...
+    async def grpo_step(self, samples: list[Sample], role: str = "agent", lr: Optional[float] = None) -> StepMetrics: ...
     async def publish(self, role: str = "agent") -> SyncResult: ...   # the version the role's last step made
     def save_weights(self, directory: Path) -> Any: ...
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
@@ -151,9 +151,15 @@ class SelfEvolutionLoop:
         rewards = rewards_of(trajs, train)
         advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
         samples = samples_of(trajs, advantages, train.max_seq_len)
+        no_other_term = train.kl_coef == 0 and train.entropy_coef == 0
+        if train.drop_no_signal_calls and no_other_term and any(x.advantage for x in samples):
+            kept = [x for x in samples if x.advantage != 0]
+            log.info("iter %d %s: %d of %d calls carry no signal (advantage 0): left out of the step", iteration,
+                     role, len(samples) - len(kept), len(samples))
+            samples = kept
         trained_tokens = sum(sum(x.loss_mask) for x in samples)
         if advantages and all(a == 0 for a in advantages):
-            skip = train.skip_no_signal_steps and train.kl_coef == 0 and train.entropy_coef == 0
+            skip = train.skip_no_signal_steps and no_other_term
             log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): %s",
                         iteration, role, train.advantage_mode, sum(t.success for t in trajs), len(trajs),
                         "step skipped, weights stay" if skip else "the policy-gradient term of this step is 0")
@@ -197,7 +203,7 @@ class SelfEvolutionLoop:
                             step, len(rollout.played))
                 continue
             self.weights_ahead = True
-            metrics = await self.system.grpo_step(samples, "agent")
+            metrics = await self.system.grpo_step(samples, "agent", lr=train.warm_start_lr or None)
             version = (await self.system.publish("agent")).version
             # the samples' "rollout" logprobs are 0, so the trainer's mismatch is the script turns' mean NLL
             nll.append(metrics.logprob_mismatch_mean)

@@ -126,6 +126,7 @@ def grad_accum_steps(batch: int, world_size: int, micro_batch_size: int) -> int:
 class StepRequest:
     """One GRPO update; each rank also receives its shard of samples."""
     global_tokens: int            # agent tokens of the whole batch: the loss is their mean
+    lr: Optional[float] = None    # this step's learning rate (the warm start has its own); None: the configured
 
 
 @dataclass

@@ -246,7 +246,8 @@ def test_the_battery_holds_the_shaped_reward_to_the_same_bar(scenario):
     from tests.conftest import tiny_config
     train = tiny_config("user.backend=rule", "train.reward=milestones", "train.milestone_weight=0.49").train
     sets = {s: profiles(scenario, s, 12, seed=5) for s in ("soft", "hard")}
-    result = asyncio.run(run_battery(scenario, sets, rule(scenario, "lexicon"), CallSettings(6, 2, 1, scenario.status_guards),
+    settings = CallSettings(6, 2, 1, scenario.status_guards)
+    result = asyncio.run(run_battery(scenario, sets, rule(scenario, "lexicon"), settings,
                                      reward=lambda call: REWARDS.get("milestones")(call, train)))
     for part in result.values():
         assert part["honest_reward"] > part["honest"]      # the honest calls' agenda bonus on top of their wins

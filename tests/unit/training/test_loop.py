@@ -98,7 +98,7 @@ class FakeLoopSystem:
 
     trained_roles = ["agent"]
 
-    async def grpo_step(self, samples, role):
+    async def grpo_step(self, samples, role, lr=None):
         self.trained.append(samples)
         self.version += 1
         return StepMetrics(0.0, 0.0, 0.0, 0.0, 0.0, None, sum(sum(s.loss_mask) for s in samples), 0.0, 0.0, 0.0, 0.0,
@@ -319,13 +319,6 @@ def test_sop_rehearsal_fine_tunes_on_the_won_script_calls_then_checkpoints_itera
     assert len(again.trained) == 1 and [r["phase"] for r in again.rows] == ["train", "eval"]
 
 
-class PlainRuleUsers(RuleUsers):
-    """The rule back-end without a planted phrase: the honest script wins its calls, so starts exist."""
-
-    def __init__(self, scenario):
-        self.sim = RuleUserSimulator(scenario)
-
-
 def test_under_reverse_calls_start_where_drawn_their_script_turns_untrained_and_counted_per_start(
         scenario, smollm_tokenizer, tmp_path):
     from sead_ray.play.starts import honest_start
@@ -374,3 +367,30 @@ def test_a_held_out_set_from_several_user_sets_is_cold_and_labelled(scenario, tm
     assert all(scenario.user_sets[p.extra["user_set"]].contains(scenario.schema, p.state) for p in held_out)
     assert {p.start_depth for p in held_out} == {None}       # each evaluation sets where its calls start
     assert held_out_profiles(cfg, scenario, tmp_path) == held_out
+
+
+class PhraseByCallAgent(FakeAgentEndpoint):
+    """Says the rule user's planted phrase ("It is free") in the calls `winning(dialogue_id)` picks, else stalls."""
+
+    def __init__(self, tokenizer, winning):
+        super().__init__(tokenizer)
+        self.winning = winning
+
+    async def generate(self, dialogue_id, prompt_ids, **kwargs):
+        text = REPLY if self.winning(dialogue_id) else 'Let me think."}'
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return AgentTurnOutput(text, ids, [-0.5] * len(ids), policy_version=0)
+
+
+def test_calls_without_signal_are_left_out_of_the_step(scenario, smollm_tokenizer, tmp_path):
+    """Group 0 wins every call (advantage 0), group 1 wins one of four: only group 1 reaches the trainer."""
+    cfg = tiny_config("train.batch_size=2", "train.rollouts_per_profile=4", "train.iterations=1",
+                      "train.advantage_mode=group_mean", "train.drop_no_signal_calls=true", "user.status_guards=false")
+    system = FakeLoopSystem(cfg, scenario, None)
+    agent = PhraseByCallAgent(smollm_tokenizer, lambda did: "-p0000-" in did or did.endswith("-p0001-r0"))
+    system._endpoints = RolloutEndpoints(agent, RuleUsers(scenario), smollm_tokenizer, engines=1)
+    asyncio.run(SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict()),
+                                  saved=False).run())
+    assert len(system.trained) == 1 and len(system.trained[0]) == 4
+    assert sorted(s.advantage for s in system.trained[0]) == [-0.25, -0.25, -0.25, 0.75]
+    assert len(system.outcomes[0]) == 8       # Mistake Analysis still counts every call

@@ -1,0 +1,147 @@
+"""The self-play's own gain, five seeds and the lr = 0 control (issue 36): what the demo's GRPO iterations add to
+the warm-started agent, on the same held-out profiles and seeds, per start and user set.
+
+    python benchmarks/self_play_gain.py                        # seeds 0-4 and the control, ~25 min each on 2 cores
+    python benchmarks/self_play_gain.py --seeds 0 --no-control --set train.iterations=2
+    python benchmarks/self_play_gain.py --report-only          # read the runs already in --out
+
+Each run is `sead-ray train` of configs/embedded.yaml (train.warm_start on, its held-out evaluations at
+train.eval_depths and train.eval_user_sets); the control is seed 0 with train.lr = 0 (warm start, then no update;
+the rehearsal keeps its own rate, so the control is the warm-started agent replaying self-play without a step).
+The held-out calls after the warm start (iteration 0) and after the last iteration are the same profiles with the
+same seeds: an exact one-sided McNemar test per run, start and user set. A gain is claimed for a start only where
+p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the last evaluation is audited from
+the rule user's own verdicts (sead_ray.evaluation.audit); the count of won calls failing it must be 0.
+Writes OUT/self_play_gain.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ALPHA, SEEDS_NEEDED = 0.05, 4
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=str(ROOT / "configs" / "embedded.yaml"))
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key in every run")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds of the trained runs")
+    p.add_argument("--no-control", action="store_true", help="leave out the lr = 0 control")
+    p.add_argument("--out", default="runs/self-play-gain", help="parent folder of the runs")
+    p.add_argument("--report-only", action="store_true", help="train nothing: read the runs already in --out")
+    return p.parse_args()
+
+
+def train(config: str, overrides: list[str], run_dir: Path) -> float:
+    """One run, resumed where an earlier call left it (a finished run resumes to nothing)."""
+    base = [sys.executable, "-m", "sead_ray.cli.main", "train"]
+    cmd = base + (["--resume", str(run_dir)] if (run_dir / "config.yaml").exists()
+                  else ["--config", config, "--out", str(run_dir)])
+    for item in overrides:
+        cmd += ["--set", item]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return time.perf_counter() - t0
+
+
+def eval_files(run_dir: Path) -> dict[str, tuple[Path, Path]]:
+    """Per start ('cold', 'd0', ...): the held-out file after the warm start and after the last iteration."""
+    out = {}
+    for first in sorted((run_dir / "dialogues").glob("eval_0000*.jsonl")):
+        suffix = first.name[len("eval_0000"):-len(".jsonl")]
+        later = sorted(p for p in (run_dir / "dialogues").glob(f"eval_*{suffix}.jsonl")
+                       if p.name[5:9].isdigit() and p.name[9:-len(".jsonl")] == suffix and p != first)
+        if later:
+            out["cold" if not suffix else suffix[1:]] = (first, later[-1])
+    return out
+
+
+def run_gain(run_dir: Path) -> dict:
+    """Per start and user set: won before/after, the McNemar test, and the audit of the last evaluation's wins."""
+    from sead_ray.core.config import load_config
+    from sead_ray.evaluation.audit import audit_won_calls
+    from sead_ray.evaluation.compare import paired_test
+    from sead_ray.evaluation.metrics import read_dialogues
+    from sead_ray.scenario.scenario import load_scenario
+    cfg = load_config(str(run_dir / "config.yaml"), [])
+    scenario = load_scenario(cfg.resolve_path(cfg.scenario))
+    out = {}
+    for start, (first, last) in eval_files(run_dir).items():
+        before, after = read_dialogues(first), read_dialogues(last)
+        by_set = {}
+        for user_set in sorted({r["profile"].get("user_set") or "" for r in before}):
+            pick = [i for i, r in enumerate(before) if (r["profile"].get("user_set") or "") == user_set]
+            b, a = [before[i] for i in pick], [after[i] for i in pick]
+            test = paired_test(b, a)
+            by_set[user_set or "all"] = {"n": len(pick), "won_before": sum(r["outcome"] == "success" for r in b),
+                                         "won_after": sum(r["outcome"] == "success" for r in a), **test}
+        out[start] = {"by_user_set": by_set, "iteration_after": int(last.name[5:9]),
+                      "audit": audit_won_calls(after, scenario, cfg.user.rule.ear)}
+    return out
+
+
+def claims(gains: dict[str, dict], control: str | None) -> list[str]:
+    """Per start and user set: the seeds with p < ALPHA, and whether the claim holds."""
+    seeds = [name for name in gains if name != control]
+    lines = []
+    cells = {(start, s) for g in gains.values() for start, part in g.items() for s in part["by_user_set"]}
+    for start, user_set in sorted(cells):
+        significant = [name for name in seeds if gains[name].get(start, {}).get("by_user_set", {})
+                       .get(user_set, {}).get("p_better", 1.0) < ALPHA]
+        in_control = control in gains and gains[control].get(start, {}).get("by_user_set", {}) \
+            .get(user_set, {}).get("p_better", 1.0) < ALPHA
+        holds = len(significant) >= min(SEEDS_NEEDED, len(seeds)) and len(seeds) >= 5 and not in_control
+        lines.append(f"- start {start}, {user_set} owners: p < {ALPHA} in {len(significant)} of {len(seeds)} seeds"
+                     f" ({', '.join(significant) or 'none'}); control {'also' if in_control else 'not'} significant: "
+                     + ("**gain claimed**" if holds else "no claim"))
+    return lines
+
+
+def markdown(gains: dict[str, dict], walls: dict[str, float], control: str | None) -> str:
+    lines = ["| run | start | user set | won after warm start | won after self-play | better / worse | p (one-sided) "
+             "| won calls failing the audit |", "|---|---|---|---|---|---|---|---|"]
+    for name, gain in gains.items():
+        for start, part in gain.items():
+            for user_set, c in part["by_user_set"].items():
+                audit = part["audit"]
+                lines.append(f"| {name} | {start} | {user_set} | {c['won_before']}/{c['n']} | {c['won_after']}/{c['n']} "
+                             f"(iteration {part['iteration_after']}) | {c['better']} / {c['worse']} | "
+                             f"{c['p_better']:.3g} | {audit['failed']} of {audit['won']} |")
+    lines += ["", *claims(gains, control)]
+    if walls:
+        lines += ["", "wall time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in walls.items())]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    args = parse_args()
+    out = Path(args.out)
+    # run folder -> overrides; the control is seed 0 without updates
+    runs = {f"seed{k}": [f"seed={k}"] for k in (int(s) for s in args.seeds.split(",") if s.strip())}
+    control = None if args.no_control else "control"
+    if control:
+        runs[control] = ["seed=0", "train.lr=0"]
+    walls = {}
+    for name, extra in runs.items():
+        if not args.report_only:
+            walls[name] = train(args.config, args.overrides + extra, out / name)
+    gains = {name: run_gain(out / name) for name in runs if (out / name / "dialogues").exists()}
+    text = markdown(gains, walls, control)
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "self_play_gain.md").write_text(text)
+    (out / "self_play_gain.json").write_text(json.dumps({"gains": gains, "wall_s": walls}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
