@@ -71,8 +71,6 @@ class StatsActor:
         if curriculum is not None:
             row["band_fractions"] = curriculum.get("band_fractions")
             row["sampling_entropy"] = curriculum.get("sampling_entropy")
-            if "depths" in curriculum:
-                row["start_shares"] = {start: cell["share"] for start, cell in curriculum["depths"].items()}
         append_jsonl(self.run_dir / "metrics.jsonl", row)
         scalars = {k: v for k, v in row.items() if (k in _SCALARS or k.startswith("train_"))
                    and (v is None or isinstance(v, (int, float)) and not isinstance(v, bool))}

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sead_ray.scenario.profiles import parse_start_key, start_key
 from sead_ray.scenario.state import State, parse_state_key, state_key
 
 BANDS = ("too_easy", "ideal", "too_hard", "unseen")
@@ -168,14 +169,6 @@ def curriculum_snapshot(cs: CurriculumState, states: Sequence[State], weights: M
 Depth = Optional[int]          # None: the cold call; d >= 0: the honest script's turns before its ask (play.starts)
 
 
-def depth_key(depth: Depth) -> str:
-    return "cold" if depth is None else f"d{depth}"
-
-
-def parse_depth_key(key: str) -> Depth:
-    return None if key == "cold" else int(key.removeprefix("d"))
-
-
 @dataclass
 class StartCells:
     """`curriculum.depth: reverse`: outcomes and draws per cell (initial state, start depth), JSON-serialisable."""
@@ -209,14 +202,14 @@ class StartCells:
         return {d: (k, n) for d, (k, n) in pooled.items()}
 
     def to_json(self) -> dict:
-        return {name: {f"{state_key(s)}@{depth_key(d)}": v for (s, d), v in getattr(self, name).items()}
+        return {name: {f"{state_key(s)}@{start_key(d)}": v for (s, d), v in getattr(self, name).items()}
                 for name in ("attempts", "successes", "draws")}
 
     @classmethod
     def from_json(cls, obj: Mapping) -> StartCells:
         def cell(key: str) -> tuple[State, Depth]:
             state, depth = key.split("@")
-            return parse_state_key(state), parse_depth_key(depth)
+            return parse_state_key(state), parse_start_key(depth)
         return cls(**{name: {cell(k): int(v) for k, v in obj.get(name, {}).items()}
                       for name in ("attempts", "successes", "draws")})
 
@@ -249,7 +242,7 @@ def depth_snapshot(cells: StartCells, depths: Sequence[Depth], weights: Mapping[
     out = {}
     for d, (k, n) in cells.by_depth(depths).items():
         cr = k / n if n else None
-        out[depth_key(d)] = {"cr": cr, "attempts": n, "successes": k, "band": band(cr, easy_above, hard_below),
+        out[start_key(d)] = {"cr": cr, "attempts": n, "successes": k, "band": band(cr, easy_above, hard_below),
                              "draws": sum(v for (_, dd), v in cells.draws.items() if dd == d),
                              "share": sum(w for (_, dd), w in weights.items() if dd == d) / total}
     return out

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from sead_ray.core.jsonl import read_jsonl
+from sead_ray.scenario.profiles import parse_start_key, start_key
 from sead_ray.scenario.state import StateSchema
 
 DEFAULT_DIMENSIONS = (("cooperation", 4), ("emotion", 3), ("trust", 5))
@@ -200,8 +201,7 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
 
 def start_of_record(record: Mapping) -> str:
     """Where the call started: 'cold' or 'dK' (the profile's start_depth, sead_ray.play.starts)."""
-    depth = record.get("profile", {}).get("start_depth")
-    return "cold" if depth is None else f"d{depth}"
+    return start_key(record.get("profile", {}).get("start_depth"))
 
 
 def completion_by_start(records: Iterable[Mapping]) -> dict[str, dict]:
@@ -218,7 +218,8 @@ def completion_by_start(records: Iterable[Mapping]) -> dict[str, dict]:
 
 def start_order(start: str) -> float:
     """Sorts starts from the ask back to the cold call: d0, d1, ..., cold."""
-    return math.inf if start == "cold" else int(start[1:])
+    depth = parse_start_key(start)
+    return math.inf if depth is None else depth
 
 
 def _fmt(x: Optional[float], digits: int = 3) -> str:

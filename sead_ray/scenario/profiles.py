@@ -68,6 +68,15 @@ class Profile:
         return cls(state, tuple(behaviors), bool(obj.get("free_form", False)), extra, depth)
 
 
+def start_key(depth: Optional[int]) -> str:
+    """A start as text (metrics, reports, curriculum files): 'cold' (start_depth None) or 'dK'."""
+    return "cold" if depth is None else f"d{depth}"
+
+
+def parse_start_key(key: str) -> Optional[int]:
+    return None if key == "cold" else int(key.removeprefix("d"))
+
+
 def _allowed_behaviors(scenario: Scenario, state: State) -> list[Behavior]:
     return [b for b in scenario.behaviors if not scenario.violated_rules(state, (b,))]
 
