@@ -42,10 +42,15 @@ from sead_ray.user.simulators import user_on_engine
 
 log = logging.getLogger(__name__)
 
-# Quiet engines inside actors: their start-up warnings (eager mode, no Triton on CPU, ...) and
-# deprecation notices would bury the progress bars. Errors still reach the console.
-ACTOR_ENV = {"VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1",
+# Quiet actors: deprecation notices would bury the progress bars; vLLM's own lines are at `engine.log_level`
+# (ERROR by default: its start-up warnings on CPU, eager mode, no Triton, ...; INFO on a first GPU run).
+ACTOR_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1",
              "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning"}
+
+
+def actor_env(cfg: SeadConfig) -> dict[str, str]:
+    """The environment of every actor of a run (Ray's job-wide runtime env)."""
+    return {**ACTOR_ENV, "VLLM_LOGGING_LEVEL": cfg.engine.log_level}
 
 
 def init_ray(cfg: SeadConfig) -> dict:
@@ -53,7 +58,7 @@ def init_ray(cfg: SeadConfig) -> dict:
     if ray.is_initialized():
         return ray.cluster_resources()
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict = {"runtime_env": {"env_vars": ACTOR_ENV}, "log_to_driver": True}
+    kwargs: dict = {"runtime_env": {"env_vars": actor_env(cfg)}, "log_to_driver": True}
     local = ({"num_cpus": cfg.ray.num_cpus or os.cpu_count() or 2, "include_dashboard": cfg.ray.dashboard}
              if address in (None, "local") else {})
     try:

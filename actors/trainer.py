@@ -300,7 +300,7 @@ class TrainerGroup:
         self.mailbox = None
         self.ready: list[WorkerReady] = []
 
-    def start(self, timeout_s: float = 900) -> float:
+    def start(self) -> float:
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -329,12 +329,12 @@ class TrainerGroup:
                 self.fit_error = exc
         self.thread = threading.Thread(target=fit, name="sead-trainer-fit", daemon=True)
         self.thread.start()
-        self.ready = self._results(0, timeout_s)
+        self.ready = self._results(0, cfg.trainer.start_timeout_s, "trainer.start_timeout_s")
         log.info("%s trainer: %d ZeRO-%d workers ready (%s) in %.0f s", self.role, self.world, cfg.trainer.zero_stage,
                  backend, time.perf_counter() - t0)
         return time.perf_counter() - t0
 
-    def _results(self, seq: int, timeout_s: Optional[float] = None) -> list:
+    def _results(self, seq: int, timeout_s: Optional[float] = None, key: str = "") -> list:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ref = self.mailbox.take_results.remote(seq, self.world)
         while True:
@@ -345,7 +345,7 @@ class TrainerGroup:
             if self.fit_error is not None or (self.thread is not None and not self.thread.is_alive()):
                 raise TrainerError(f"the training workers stopped: {self.fit_error!r}")
             if deadline is not None and time.monotonic() > deadline:
-                raise TrainerError(f"no answer from the training workers within {timeout_s:.0f} s")
+                raise TrainerError(f"no answer from the training workers within {timeout_s:.0f} s{key and f' ({key})'}")
         failures = sorted((r for r in results if isinstance(r, WorkerFailure)), key=lambda f: f.arrival)
         if failures:
             raise TrainerError(f"training rank {failures[0].rank} failed:\n{failures[0].traceback}")

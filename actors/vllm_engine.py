@@ -25,6 +25,7 @@ class EngineSpec:
     model_path: str
     dtype: str = "float32"
     kv_cache_mb: int = 512
+    gpu_memory_utilization: float = 0.0   # the share of its GPU the engine's plan fills; 0 = vLLM's default
     max_model_len: int = 4096
     max_num_seqs: int = 64
     block_size: int = 0             # KV-cache block (prefix-cache granularity); 0 = vLLM's default
@@ -86,7 +87,8 @@ def engine_kwargs(spec: EngineSpec) -> dict:
             "enforce_eager": spec.enforce_eager, "tensor_parallel_size": spec.tensor_parallel_size,
             "enable_chunked_prefill": spec.chunked_prefill,
             "max_num_batched_tokens": None if spec.chunked_prefill else spec.max_model_len,
-            **({"block_size": spec.block_size} if spec.block_size else {})}
+            **({"block_size": spec.block_size} if spec.block_size else {}),
+            **({"gpu_memory_utilization": spec.gpu_memory_utilization} if spec.gpu_memory_utilization else {})}
 
 
 def pool_engine_kwargs(spec: EngineSpec) -> dict:
@@ -312,6 +314,8 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
     if kv_cache_mb == "auto":
         kv_cache_mb = engine_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
     return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=kv_cache_mb,
+                      gpu_memory_utilization=engine_gpu_memory_utilization(cfg, role, model_path, tensor_parallel,
+                                                                           kv_cache_mb) if on_gpu else 0.0,
                       max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
                       block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
                       tensor_parallel_size=tensor_parallel,
@@ -344,11 +348,27 @@ def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: in
     mb, why = memory_plan.auto_kv_cache_mb(cfg, shape, tensor_parallel, prompt_tokens,
                                            None if on_gpu else psutil.virtual_memory().available, engines,
                                            device_bytes=memory_plan.device_memory_bytes(cfg) if on_gpu else None,
-                                           sends_weights=takes_weights(cfg, role) and cfg.weight_sync.transport == "nccl")
+                                           takes_weights=takes_weights(cfg, role))
     if (role, model_path) not in _kv_logged:
         _kv_logged.add((role, model_path))
         logging.getLogger(__name__).info("%s engines: KV cache auto = %d MB (%s)", role, mb, why)
     return mb
+
+
+def engine_gpu_memory_utilization(cfg: Any, role: str, model_path: str, tensor_parallel: int, kv_cache_mb: int) -> float:
+    """vLLM's gpu_memory_utilization for an engine of `role` on a GPU, from the memory plan
+    (sead_ray.ops.memory_plan.engine_memory_utilization); 0 (vLLM's default) where the GPU's memory or the
+    model's shape is unknown here."""
+    from pathlib import Path
+
+    from sead_ray.ops import memory_plan
+    device = memory_plan.device_memory_bytes(cfg)
+    try:
+        shape = memory_plan.model_shape(model_path, Path(model_path))
+    except ValueError:
+        device = None
+    return 0.0 if device is None else memory_plan.engine_memory_utilization(cfg, shape, tensor_parallel, device,
+                                                                            kv_cache_mb, takes_weights(cfg, role))
 
 
 def chat_completion_request(model: str, messages: list[dict], *, max_tokens: int, temperature: float, top_p: float,

@@ -163,6 +163,9 @@ class EngineConfig:
     start_timeout_s: float = option(1800.0, 1.0, 86400.0, "an engine start-up (model load, KV cache) taking longer fails")
     request_timeout_s: float = option(600.0, 1.0, 86400.0, "an agent or simulator turn taking longer counts its engine "
                                   "as hung: the engine is replaced and the call played again")
+    # vLLM's own lines (KV cache size, CUDA graphs' memory, throughput) are what a first GPU run needs to read
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = option(
+        "ERROR", doc="vLLM's log level in every actor (VLLM_LOGGING_LEVEL): INFO shows the engines' memory at start")
 
 
 @dataclass
@@ -211,6 +214,8 @@ class TrainerConfig:
                                  "long calls of large models, for a slower step)")
     timeout_s: float = option(7200.0, 10.0, 7 * 86400.0, "a GRPO step, weight sync or save taking longer fails the run "
                           "(a hung rank or collective), after which the last completed iteration is checkpointed")
+    start_timeout_s: float = option(900.0, 10.0, 86400.0, "the trainer group's start (every rank's model loaded, under "
+                                "ZeRO-3 partitioned, and its optimizer set up) taking longer fails the run")
 
 
 @dataclass

@@ -6,9 +6,10 @@ parameters), DeepSpeed's bounded buffers (reduce bucket, parameters gathered in 
 step's temporaries), the untied embeddings and lm_head gathered whole with a full-size gradient, the
 activations of one micro-batch (with gradient checkpointing, the layer inputs plus one layer's
 recompute), the logits of the trained agent tokens only, and on a GPU the CUDA context and NCCL
-communicators (rank 0 one more, for the weight sync). Engines hold their share of the weights, the KV
-cache (configured, or with `engine.kv_cache_mb: auto` what `max_num_seqs` calls at their longest need,
-capped by the device on GPU) and their runtime (context, CUDA graphs, activations, sampler).
+communicators (rank 0 one more, for the weight sync). Engines hold their share of the weights, their runtime
+(context, CUDA graphs, activations, sampler), what a weight sync holds while it lands (engines of a trained role)
+and the KV cache (configured, or with `engine.kv_cache_mb: auto` what `max_num_seqs` calls at their longest need,
+capped by the device on GPU).
 
 A role fits when its total is within the device's memory less FIT_MARGIN (allocator fragmentation and
 what no line counts); `sead-ray plan` refuses a config where one does not (exit 2).
@@ -16,10 +17,12 @@ what no line counts); `sead-ray plan` refuses a config where one does not (exit 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from sead_ray.core.roles import trained_roles
 from sead_ray.training.trainer_protocol import (
     ENTROPY_CHUNK_POSITIONS,
     MAX_LIVE_PARAMETERS,
@@ -192,15 +195,33 @@ def call_tokens(cfg: Any, prompt_tokens: int) -> int:
     return min(cfg.engine.max_model_len, prompt_tokens + d.max_turns * per_turn)
 
 
-def engine_runtime_bytes(cfg: Any, m: ModelShape, tensor_parallel: int, sends_weights: bool = False) -> float:
+def engine_runtime_bytes(cfg: Any, m: ModelShape, tensor_parallel: int, takes_weights: bool = False) -> float:
     """What a GPU engine holds besides weights and KV cache: the CUDA context, its CUDA graphs, one prefill
     chunk's activations (the MLP's widest tensors), the sampler's float32 logits of every running call, and
-    an NCCL communicator per group it is in (tensor parallel, the trainer's weight sync)."""
+    an NCCL communicator per group it is in (tensor parallel; the weight sync's when it `takes_weights`)."""
     b = DTYPE_BYTES[cfg.models.dtype]
     activations = PREFILL_CHUNK_TOKENS * (4 * m.intermediate // tensor_parallel + 4 * m.hidden) * b
     sampler = 3 * cfg.engine.max_num_seqs * m.vocab * 4
-    communicators = (1 if tensor_parallel > 1 else 0) + (1 if sends_weights else 0)
+    communicators = (1 if tensor_parallel > 1 else 0) + (1 if takes_weights and cfg.weight_sync.transport == "nccl" else 0)
     return CUDA_CONTEXT_BYTES + CUDA_GRAPHS_BYTES + activations + sampler + communicators * NCCL_COMMUNICATOR_BYTES
+
+
+def weight_receive_bytes(cfg: Any, m: ModelShape) -> float:
+    """What a sync holds on an engine while the weights land: the largest tensor (embeddings or lm_head, far above a
+    bucket: one chunk) twice, as received and as the layer vLLM's layerwise reload builds before copying it into
+    place, and two `weight_sync.bucket_mb` buffers. Whole tensors cross: tensor parallelism does not divide it."""
+    largest = max(m.vocab, m.intermediate) * m.hidden * DTYPE_BYTES[cfg.models.dtype]
+    return 2 * largest + 2 * cfg.weight_sync.bucket_mb * 2**20
+
+
+def engine_fixed_items(cfg: Any, m: ModelShape, tp: int, on_gpu: bool = True, takes_weights: bool = False) -> dict:
+    """Bytes per GPU of one engine besides its KV cache, by item (`takes_weights`: the engines of a trained role)."""
+    items = {"weights (tensor-parallel share)": m.params * DTYPE_BYTES[cfg.models.dtype] / tp}
+    if on_gpu:
+        items["runtime: CUDA context and graphs, prefill, sampler, NCCL"] = engine_runtime_bytes(cfg, m, tp, takes_weights)
+        if takes_weights:
+            items["weight sync: 2 x largest tensor + 2 buckets"] = weight_receive_bytes(cfg, m)
+    return items
 
 
 def usable_bytes(device_bytes: float) -> float:
@@ -210,11 +231,10 @@ def usable_bytes(device_bytes: float) -> float:
 
 def auto_kv_cache_mb(cfg: Any, m: ModelShape, tensor_parallel: int, prompt_tokens: int,
                      available_bytes: Optional[float] = None, engines: int = 1,
-                     device_bytes: Optional[float] = None, sends_weights: bool = False) -> tuple[int, str]:
-    """`engine.kv_cache_mb: auto`: room for `max_num_seqs` calls at their longest (no prefix shared), at
-    most AUTO_KV_SHARE of `available_bytes` split among `engines` (CPU), and on a GPU of `device_bytes` at
-    most what its usable memory leaves after the weights and the engine's runtime (None: no cap). Returns
-    the MB and how they were chosen, for the log."""
+                     device_bytes: Optional[float] = None, takes_weights: bool = False) -> tuple[int, str]:
+    """`engine.kv_cache_mb: auto`: room for `max_num_seqs` calls at their longest (no prefix shared), at most
+    AUTO_KV_SHARE of `available_bytes` split among `engines` (CPU), and on a GPU of `device_bytes` at most what its
+    usable memory leaves after the engine's other items (None: no cap). Returns the MB and why, for the log."""
     per_call = call_tokens(cfg, prompt_tokens)
     need = cfg.engine.max_num_seqs * per_call * kv_bytes_per_token(cfg, m, tensor_parallel)
     why = f"{cfg.engine.max_num_seqs} calls x {per_call:,} tokens"
@@ -223,42 +243,44 @@ def auto_kv_cache_mb(cfg: Any, m: ModelShape, tensor_parallel: int, prompt_token
         why += (f" capped at {AUTO_KV_SHARE:.0%} of the {available_bytes / GIB:.1f} GiB available, "
                 f"over {engines} engine(s)")
     if device_bytes is not None:
-        room = (usable_bytes(device_bytes) - m.params * DTYPE_BYTES[cfg.models.dtype] / tensor_parallel
-                - engine_runtime_bytes(cfg, m, tensor_parallel, sends_weights))
+        room = usable_bytes(device_bytes) - sum(engine_fixed_items(cfg, m, tensor_parallel, True, takes_weights).values())
         if room < need:
             need = room
-            why += (f" capped by the GPU: {device_bytes / GIB:.1f} GiB less {FIT_MARGIN:.0%}, the weights and the "
-                    f"engine's runtime leave {max(0.0, room) / GIB:.1f} GiB")
+            why += (f" capped by the GPU: {device_bytes / GIB:.1f} GiB less {FIT_MARGIN:.0%}, the weights, the engine's "
+                    f"runtime{' and a weight sync' if takes_weights else ''} leave {max(0.0, room) / GIB:.1f} GiB")
     return max(16, int(need / 2**20)), why
 
 
 def kv_cache_bytes(cfg: Any, m: ModelShape, tensor_parallel: int, device_bytes: Optional[float] = None,
-                   sends_weights: bool = False) -> float:
+                   takes_weights: bool = False) -> float:
     """The configured KV cache; for `auto`, the calls' budget with a system prompt of 1,024 tokens, capped by
     the device when it is known."""
     if cfg.engine.kv_cache_mb == "auto":
         return auto_kv_cache_mb(cfg, m, tensor_parallel, prompt_tokens=1024, device_bytes=device_bytes,
-                                sends_weights=sends_weights)[0] * 2**20
+                                takes_weights=takes_weights)[0] * 2**20
     return cfg.engine.kv_cache_mb * 2**20
 
 
 def engine_plan(cfg: Any, m: ModelShape, tensor_parallel: int, device_bytes: Optional[float] = None,
-                on_gpu: bool = True, sends_weights: bool = False) -> dict[str, float]:
-    """Bytes per GPU of one engine, by item (`sends_weights`: the agent's, which joins the NCCL weight sync)."""
-    b = DTYPE_BYTES[cfg.models.dtype]
-    plan = {"weights (tensor-parallel share)": m.params * b / tensor_parallel,
+                on_gpu: bool = True, takes_weights: bool = False) -> dict[str, float]:
+    """Bytes per GPU of one engine, by item; the KV cache last (with `auto`, what the others leave)."""
+    return {**engine_fixed_items(cfg, m, tensor_parallel, on_gpu, takes_weights),
             f"KV cache (engine.kv_cache_mb: {cfg.engine.kv_cache_mb})":
-                kv_cache_bytes(cfg, m, tensor_parallel, device_bytes if on_gpu else None, sends_weights)}
-    if on_gpu:
-        plan["runtime: CUDA context and graphs, prefill, sampler, NCCL"] = engine_runtime_bytes(
-            cfg, m, tensor_parallel, sends_weights)
-    return plan
+                kv_cache_bytes(cfg, m, tensor_parallel, device_bytes if on_gpu else None, takes_weights)}
+
+
+def engine_memory_utilization(cfg: Any, m: ModelShape, tensor_parallel: int, device_bytes: float, kv_cache_mb: int,
+                              takes_weights: bool = False) -> float:
+    """vLLM's `gpu_memory_utilization` for one engine: the share of the device its plan fills with this KV cache. With
+    the KV cache given vLLM sizes nothing by it but starts only once that much is free (a replacement, not an OOM)."""
+    total = sum(engine_fixed_items(cfg, m, tensor_parallel, True, takes_weights).values()) + kv_cache_mb * 2**20
+    return min(1.0, math.ceil(1000 * total / device_bytes) / 1000)
 
 
 def kv_tokens(cfg: Any, m: ModelShape, tensor_parallel: int, device_bytes: Optional[float] = None,
-              sends_weights: bool = False) -> int:
+              takes_weights: bool = False) -> int:
     """Tokens the KV cache holds."""
-    return int(kv_cache_bytes(cfg, m, tensor_parallel, device_bytes, sends_weights)
+    return int(kv_cache_bytes(cfg, m, tensor_parallel, device_bytes, takes_weights)
                / kv_bytes_per_token(cfg, m, tensor_parallel))
 
 
@@ -291,22 +313,18 @@ class RolePlan:
 def plan_roles(cfg: Any, agent: ModelShape, user: Optional[ModelShape],
                device_bytes: Optional[float] = None) -> list[RolePlan]:
     """The trainer's rank 0 and each kind of engine, as `sead-ray plan` prints and checks them."""
-    t, a, u = cfg.placement.trainer, cfg.placement.agent, cfg.placement.user
-    sends = cfg.weight_sync.transport == "nccl"
     offload = ", optimizer offloaded to CPU" if cfg.trainer.offload_optimizer else ""
     roles = [RolePlan("trainer", f"trainer rank 0: {cfg.trainer.num_workers} ZeRO-{cfg.trainer.zero_stage} ranks, "
                       f"micro-batch {cfg.train.micro_batch_size} x {cfg.train.max_seq_len} tokens, gradient "
                       f"checkpointing {'on' if cfg.train.gradient_checkpointing else 'off'}{offload}",
-                      trainer_plan(cfg, agent), t.gpus > 0)]
-    tp = cfg.agent.tensor_parallel_size
-    roles.append(RolePlan("agent engine", f"agent engine (x{cfg.agent.engines}, TP {tp}, KV cache holds "
-                          f"{kv_tokens(cfg, agent, tp, device_bytes if a.gpus > 0 else None, sends):,} tokens)",
-                          engine_plan(cfg, agent, tp, device_bytes, a.gpus > 0, sends), a.gpus > 0))
-    if user is not None:
-        tp = cfg.user.tensor_parallel_size
-        roles.append(RolePlan("user-simulator engine", f"user-simulator engine (TP {tp}, KV cache holds "
-                              f"{kv_tokens(cfg, user, tp, device_bytes if u.gpus > 0 else None):,} tokens)",
-                              engine_plan(cfg, user, tp, device_bytes, u.gpus > 0), u.gpus > 0))
+                      trainer_plan(cfg, agent), cfg.placement.trainer.gpus > 0)]
+    trained = trained_roles(cfg)
+    engines = [("agent", agent, "agent engine", f"x{cfg.agent.engines}, "), ("user", user, "user-simulator engine", "")]
+    for role, shape, name, count in (e for e in engines if e[1] is not None):   # user None: no simulator engine
+        tp, on_gpu, takes = getattr(cfg, role).tensor_parallel_size, getattr(cfg.placement, role).gpus > 0, role in trained
+        kv = kv_tokens(cfg, shape, tp, device_bytes if on_gpu else None, takes)
+        roles.append(RolePlan(name, f"{name} ({count}TP {tp}, KV cache holds {kv:,} tokens)",
+                              engine_plan(cfg, shape, tp, device_bytes, on_gpu, takes), on_gpu))
     return roles
 
 

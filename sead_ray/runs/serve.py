@@ -20,7 +20,7 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
 
     from ray import serve
 
-    from actors.rollout_roles import ACTOR_ENV
+    from actors.rollout_roles import actor_env
     from actors.serve_agent import ServeSettings, build_agent_app
     from actors.vllm_engine import engine_kwargs, engine_spec_from_config
     from placement.groups import tensor_parallel_bundles
@@ -29,7 +29,7 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
     role = cfg.placement.agent
     spec = engine_spec_from_config(cfg, "agent", path, cfg.seed)
     bundles = tensor_parallel_bundles(role, spec.tensor_parallel_size)
-    env = {**ACTOR_ENV, **({} if role.gpus else {"VLLM_CPU_OMP_THREADS_BIND": "nobind"})}
+    env = {**actor_env(cfg), **({} if role.gpus else {"VLLM_CPU_OMP_THREADS_BIND": "nobind"})}
     decoding = cfg.dialogue.agent_eval.as_params()
     connect(cfg)   # before the app is built: building it starts Ray if none is connected (with Ray's defaults)
     app = build_agent_app(path, scenario, api_key, ServeSettings(

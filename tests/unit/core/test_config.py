@@ -18,6 +18,16 @@ def test_embedded_and_paper_configs_load():
     assert paper.placement.agent.gpus == 1
 
 
+def test_gpu_first_run_settings():
+    """Issue 37: vLLM's log level and the trainer group's start timeout are config keys; the GPU configs wait 1800 s
+    for the trainer group and the smoke run shows vLLM's INFO lines (its KV cache and CUDA graphs' memory)."""
+    cfg = load_config(EMBEDDED_CONFIG)
+    assert (cfg.engine.log_level, cfg.trainer.start_timeout_s) == ("ERROR", 900.0)
+    smoke = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_2gpu.yaml")
+    assert (smoke.engine.log_level, smoke.trainer.start_timeout_s) == ("INFO", 1800.0)
+    assert load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml").trainer.start_timeout_s == 1800.0
+
+
 def test_overrides_are_typed():
     cfg = load_config(EMBEDDED_CONFIG, ["train.batch_size=4", "curriculum.mode=uniform", "train.lr=3e-6",
                                         "user.backend=rule", "seed=11"])
@@ -40,6 +50,8 @@ def test_defaults_without_file():
     ("user.engines=many", "user.engines"),
     ("curriculum.hard_below=0.9", "must not exceed curriculum.easy_above"),
     ("engine.block_size=48", "engine.block_size must be a multiple of 32 with engines on CPU"),
+    ("engine.log_level=LOUD", "engine.log_level = 'LOUD' is not one of"),
+    ("trainer.start_timeout_s=5", "trainer.start_timeout_s = 5.0 is out of range"),
     ("train=3", "train must be a mapping"),
     ("novalue", "expected KEY=VALUE"),
 ])

@@ -17,12 +17,15 @@ from sead_ray.ops.memory_plan import (
     auto_kv_cache_mb,
     checkpoint_bytes,
     device_memory_bytes,
+    engine_memory_utilization,
+    engine_plan,
     engine_runtime_bytes,
     fit_problems,
     format_plan,
     plan_roles,
     trainer_plan,
     usable_bytes,
+    weight_receive_bytes,
 )
 from tests.conftest import ROOT
 
@@ -113,7 +116,8 @@ def test_the_plan_refuses_what_does_not_fit_naming_the_role_and_the_shortfall():
                for p in fit_problems(plan_roles(small, QWEN14, QWEN14, A100_80), small, QWEN14, A100_80))
     rc, out, err = _plan("placement.gpu_memory_gib=39.4")
     assert rc == 2 and "does NOT fit" in out and "Traceback" not in err
-    assert "agent engine: its KV cache (6.1 GiB) holds 2 call(s)" in err and "fewer than 4" in err
+    assert "agent engine: its KV cache (3.1 GiB) holds 1 call(s)" in err and "fewer than 4" in err   # less a sync
+    assert "user-simulator engine: its KV cache (6.6 GiB) holds 2 call(s)" in err
 
 
 def test_without_a_known_device_the_plan_says_so_and_refuses_nothing(monkeypatch):
@@ -177,12 +181,13 @@ def test_auto_kv_cache_on_a_gpu_is_capped_by_the_device():
     assert cfg.engine.kv_cache_mb == "auto"
     uncapped, why = auto_kv_cache_mb(cfg, QWEN14, 1, prompt_tokens=1024)
     assert uncapped / 1024 > 400 and why == "256 calls x 9,184 tokens"           # 430 GiB: no device could
-    mb, why = auto_kv_cache_mb(cfg, QWEN14, 1, prompt_tokens=1024, device_bytes=A100_80, sends_weights=True)
-    assert "capped by the GPU: 79.2 GiB less 5%" in why
+    mb, why = auto_kv_cache_mb(cfg, QWEN14, 1, prompt_tokens=1024, device_bytes=A100_80, takes_weights=True)
+    assert "capped by the GPU: 79.2 GiB less 5%" in why and "a weight sync" in why
     weights = QWEN14.params * 2
-    filled = weights + mb * 2**20 + engine_runtime_bytes(cfg, QWEN14, 1, sends_weights=True)
+    filled = (weights + mb * 2**20 + engine_runtime_bytes(cfg, QWEN14, 1, takes_weights=True)
+              + weight_receive_bytes(cfg, QWEN14))
     assert usable_bytes(A100_80) - 2**20 <= filled <= usable_bytes(A100_80)      # the rest of the device, no more
-    assert 40 < mb / 1024 < 46                                                   # ~44 GiB, ~240k tokens
+    assert 40 < mb / 1024 < 42                                                   # ~41 GiB, ~223k tokens
     # tensor parallel 2: half the weights per GPU, so more room for (per-GPU) KV
     mb_tp2, _ = auto_kv_cache_mb(cfg, QWEN14, 2, prompt_tokens=1024, device_bytes=A100_80)
     assert mb_tp2 > mb
@@ -231,3 +236,64 @@ def test_an_engine_on_a_gpu_sizes_auto_kv_from_the_device(tmp_path):
     h100 = engine_kv_cache_mb(load_config(PAPER, ["placement.gpu_memory_gib=139.8"]), "user", str(tmp_path), 1,
                               on_gpu=True)
     assert h100 > user + 50 * 1024                    # an H200's 140 GiB leaves ~60 GiB more
+
+
+def test_an_engine_that_takes_weights_counts_what_a_sync_holds():
+    """Issue 37: the 14B embeddings and lm_head (152064 x 5120 bf16, 1.45 GiB each) are far above a 64 MB bucket and
+    cross as one chunk, held twice while vLLM's layerwise reload lands them: ~3 GiB on the agent's engine, which
+    its KV cache gives up on an 80 GB A100 (the plan still fits); a frozen simulator's engine holds none of it."""
+    cfg = load_config(PAPER)
+    embedding = QWEN14.vocab * QWEN14.hidden * 2
+    assert weight_receive_bytes(cfg, QWEN14) == 2 * embedding + 2 * 64 * 2**20
+    assert 2.9 * GIB < weight_receive_bytes(cfg, QWEN14) < 3.1 * GIB
+    line = "weight sync: 2 x largest tensor + 2 buckets"
+    agent, user = plan_roles(cfg, QWEN14, QWEN14, A100_80)[1:]
+    assert agent.items[line] == weight_receive_bytes(cfg, QWEN14) and line not in user.items
+    # what the sync takes, the agent's KV cache gives up (and the weight sync's NCCL communicator)
+    kv = next(k for k in agent.items if k.startswith("KV cache"))
+    given_up = user.items[kv] - agent.items[kv]
+    assert abs(given_up - weight_receive_bytes(cfg, QWEN14) - 0.5 * GIB) < 2 * 2**20
+    assert agent.total <= usable_bytes(A100_80) and fit_problems([agent, user], cfg, QWEN14, A100_80) == []
+    # a configured KV cache is not shrunk: the sync's buffers come on top of it
+    fixed = load_config(PAPER, ["engine.kv_cache_mb=44000"])
+    assert engine_plan(fixed, QWEN14, 1, A100_80, takes_weights=True)[line] > 0
+    assert fit_problems(plan_roles(fixed, QWEN14, QWEN14, A100_80), fixed, QWEN14, A100_80)[0].startswith(
+        "agent engine does not fit")
+    # a trained simulator's engines take weights too (by shm or object_store: no NCCL communicator)
+    urm = load_config(PAPER, ["user.train=true", "weight_sync.transport=shm"])
+    trained_user = plan_roles(urm, QWEN14, QWEN14, A100_80)[2]
+    assert trained_user.items[line] == weight_receive_bytes(urm, QWEN14)
+    assert engine_runtime_bytes(urm, QWEN14, 1, takes_weights=True) == engine_runtime_bytes(urm, QWEN14, 1)
+    # on CPU nothing is planned against a device
+    assert line not in engine_plan(cfg, QWEN14, 1, None, on_gpu=False, takes_weights=True)
+    rc, out, err = _plan()
+    assert rc == 0, err
+    assert f"  {line:<56}{weight_receive_bytes(cfg, QWEN14) / GIB:>9.1f}" in out and "every role fits" in out
+
+
+def test_engines_get_the_plans_gpu_memory_utilization(tmp_path):
+    """vLLM starts an engine only once `gpu_memory_utilization` x its GPU is free: the plan's share, so a replacement
+    engine waits for its predecessor's memory rather than start into an OOM (vLLM's default 0.92 asks less than the
+    14B engine fills, and far more than the 0.5B smoke engine needs)."""
+    import json
+
+    from actors.vllm_engine import engine_kwargs, engine_spec_from_config
+    q = QWEN14
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": q.layers, "hidden_size": q.hidden, "intermediate_size": q.intermediate,
+        "num_attention_heads": q.heads, "num_key_value_heads": q.kv_heads, "vocab_size": q.vocab}))
+    cfg = load_config(PAPER)
+    spec = engine_spec_from_config(cfg, "agent", str(tmp_path), 0)
+    total = sum(engine_plan(cfg, q, 1, A100_80, takes_weights=True).values())
+    assert spec.gpu_memory_utilization == pytest.approx(total / A100_80, abs=0.002)
+    assert 0.94 < spec.gpu_memory_utilization <= 0.951                  # auto: the usable 95%, no more
+    assert engine_kwargs(spec)["gpu_memory_utilization"] == spec.gpu_memory_utilization
+    # the utilization follows the KV cache the engine really gets, the sync's buffers included
+    assert engine_memory_utilization(cfg, q, 1, A100_80, 1024, takes_weights=True) > \
+        engine_memory_utilization(cfg, q, 1, A100_80, 1024) + weight_receive_bytes(cfg, q) / A100_80 - 0.001
+    small = KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"]
+    smoke = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_2gpu.yaml")
+    assert 0.03 < engine_memory_utilization(smoke, small, 1, A100_80, 512, takes_weights=True) < 0.1
+    # on CPU, or where the GPU's memory is unknown, vLLM's default stays
+    cpu = engine_spec_from_config(load_config(ROOT / "configs" / "embedded.yaml"), "agent", str(tmp_path), 0)
+    assert cpu.gpu_memory_utilization == 0 and "gpu_memory_utilization" not in engine_kwargs(cpu)
