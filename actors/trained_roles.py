@@ -210,18 +210,20 @@ class TrainingSystem:
 
     # -- the trainers (their calls block: run in a thread, so the rollout's restarts and gauges go on)
 
-    async def grpo_step(self, samples: list[Sample], role: str = "agent", lr: Optional[float] = None) -> StepMetrics:
-        """One GRPO update of `role`'s model (at `lr`: the warm start's own rate; None: train.lr). Colocated
+    async def grpo_step(self, samples: list[Sample], role: str = "agent", lr: Optional[float] = None,
+                        reset_optimizer_after: bool = False) -> StepMetrics:
+        """One GRPO update of `role`'s model (at `lr`: the warm start's own rate; None: train.lr; the warm start's
+        last step then clears the optimizer's state). Colocated
         (`placement.colocate`): the engines sleep while the trainer steps and wake before the new weights arrive
         (vLLM cannot load weights into a sleeping engine)."""
         trained = self.trained[role]
         await trained.pool.settle()   # a replacement's weights are pushed before the step changes them
         if not self.roles.cfg.placement.colocate:
-            metrics = await asyncio.to_thread(trained.trainer.step, samples, lr)
+            metrics = await asyncio.to_thread(trained.trainer.step, samples, lr, reset_optimizer_after)
         else:
             await asyncio.gather(self.roles.agents.call_alive("sleep"), self.roles.users.call_alive("sleep"))
             try:
-                metrics = await asyncio.to_thread(trained.trainer.step, samples, lr)
+                metrics = await asyncio.to_thread(trained.trainer.step, samples, lr, reset_optimizer_after)
             finally:
                 await asyncio.gather(self.roles.agents.call_alive("wake_up"), self.roles.users.call_alive("wake_up"))
         trained.version += 1

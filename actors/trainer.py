@@ -7,7 +7,6 @@ each parameter with every rank taking part (it is a collective) and only rank 0 
 OpenRLHF order: gather, then send). On CPU the ranks talk over gloo, on GPUs the same code over NCCL."""
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -19,6 +18,7 @@ from typing import Any, Optional
 
 import ray
 
+from actors.trainer_mailbox import TrainerMailbox
 from sead_ray.core.roles import ROLES
 from sead_ray.training.trainer_protocol import (
     CUDA_ALLOC_CONF,
@@ -43,47 +43,6 @@ from sead_ray.training.trainer_protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@ray.remote(num_cpus=0)
-class TrainerMailbox:
-    """Request/result exchange between the driver and the training ranks, keyed by (sequence, rank)."""
-
-    def __init__(self):
-        self.requests: dict = {}
-        self.results: dict = {}
-        self.failures = 0
-        self.cond = asyncio.Condition()
-
-    async def post_request(self, seq: int, request: Any, shards: list) -> None:
-        async with self.cond:
-            for rank, shard in enumerate(shards):
-                self.requests[(seq, rank)] = (request, shard)
-            self.cond.notify_all()
-
-    async def take_request(self, seq: int, rank: int) -> tuple:
-        async with self.cond:
-            await self.cond.wait_for(lambda: (seq, rank) in self.requests)
-            return self.requests.pop((seq, rank))
-
-    async def post_result(self, seq: int, rank: int, result: Any) -> None:
-        async with self.cond:
-            if isinstance(result, WorkerFailure):
-                self.failures += 1
-                result.arrival = self.failures
-            self.results[(seq, rank)] = result
-            self.cond.notify_all()
-
-    async def take_results(self, seq: int, world_size: int) -> list:
-        """Every rank's result, or as soon as one rank failed: the results so far (None where missing), so
-        that a failure reaches the driver while the other ranks may still wait in a collective."""
-        def ready() -> bool:
-            got = [self.results.get((seq, r)) for r in range(world_size)]
-            return all((seq, r) in self.results for r in range(world_size)) or any(
-                isinstance(x, WorkerFailure) for x in got)
-        async with self.cond:
-            await self.cond.wait_for(ready)
-            return [self.results.pop((seq, r), None) for r in range(world_size)]
 
 
 # --------------------------------------------------------------------------- worker side
@@ -163,6 +122,7 @@ class _Worker:
     def step(self, request: StepRequest, shard: list[Sample]) -> RankStepResult:
         """One GRPO update over this rank's shard."""
         from sead_ray.training.grpo import gradient_norm, grpo_update, micro_batches
+        from sead_ray.training.warm_start import reset_optimizer_state
         t0, s = time.perf_counter(), self.settings
         batches = micro_batches(shard, s.micro_batch_size, self.pad_id, s.max_seq_len, pad_to=s.grad_accum_steps)
         self.engine.optimizer.param_groups[0]["lr"] = request.lr or s.lr   # one group; the warm start has its own rate
@@ -177,6 +137,8 @@ class _Worker:
         result = grpo_update(self._logprob_fn(self.engine), backward_and_step, batches, s, rank=self.rank,
                              world_size=self.world, global_tokens=request.global_tokens,
                              reference=self._logprob_fn(self.ref) if self.ref is not None else None, device=self.device)
+        if request.reset_optimizer_after:
+            reset_optimizer_state(self.engine.optimizer)
         self.steps += 1
         _release_freed_memory()
         grad_norm = self.engine.get_global_grad_norm() if s.zero_stage else norm_at_zero0
@@ -359,11 +321,13 @@ class TrainerGroup:
             ray.get(self.mailbox.post_request.remote(self.seq, request, shards or [None] * self.world), timeout=60)
             return self._results(self.seq, timeout_s or self.cfg.trainer.timeout_s)
 
-    def step(self, samples: Sequence[Sample], lr: Optional[float] = None) -> StepMetrics:
-        """One GRPO update on the batch (at `lr`, default train.lr); returns the step's figures over the batch."""
+    def step(self, samples: Sequence[Sample], lr: Optional[float] = None, reset_optimizer_after: bool = False
+             ) -> StepMetrics:
+        """One GRPO update on the batch (at `lr`, default train.lr; then the optimizer's state cleared if asked);
+        returns the step's figures over the batch."""
         t0 = time.perf_counter()
         shards = shard_samples(samples, self.world, self.settings.grad_accum_steps * self.settings.micro_batch_size)
-        results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples), lr), shards)
+        results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples), lr, reset_optimizer_after), shards)
         return aggregate_step(results, time.perf_counter() - t0)
 
     def sync_weights(self, version: int, engines: Optional[Sequence[Any]] = None) -> SyncResult:

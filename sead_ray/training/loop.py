@@ -52,7 +52,8 @@ class LoopSystem(Protocol):
     async def controller_state(self) -> dict: ...
     @property
     def trained_roles(self) -> list[str]: ...   # "agent", and "user" with user.train
-    async def grpo_step(self, samples: list[Sample], role: str = "agent", lr: Optional[float] = None) -> StepMetrics: ...
+    async def grpo_step(self, samples: list[Sample], role: str = "agent", lr: Optional[float] = None,
+                        reset_optimizer_after: bool = False) -> StepMetrics: ...
     async def publish(self, role: str = "agent") -> SyncResult: ...   # the version the role's last step made
     def save_weights(self, directory: Path) -> Any: ...
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
@@ -203,7 +204,8 @@ class SelfEvolutionLoop:
                             step, len(rollout.played))
                 continue
             self.weights_ahead = True
-            metrics = await self.system.grpo_step(samples, "agent", lr=train.warm_start_lr or None)
+            metrics = await self.system.grpo_step(samples, "agent", lr=train.warm_start_lr or None,
+                                                  reset_optimizer_after=step == train.warm_start_steps)
             version = (await self.system.publish("agent")).version
             # the samples' "rollout" logprobs are 0, so the trainer's mismatch is the script turns' mean NLL
             nll.append(metrics.logprob_mismatch_mean)

@@ -127,6 +127,7 @@ class StepRequest:
     """One GRPO update; each rank also receives its shard of samples."""
     global_tokens: int            # agent tokens of the whole batch: the loss is their mean
     lr: Optional[float] = None    # this step's learning rate (the warm start has its own); None: the configured
+    reset_optimizer_after: bool = False   # the warm start's last step: its Adam moments are not self-play's
 
 
 @dataclass

@@ -102,7 +102,7 @@ def test_a_failing_rank_reaches_the_driver_while_the_others_still_wait(ray_clust
     rank 1's traceback at once instead of waiting for rank 0."""
     import time
 
-    from actors.trainer import TrainerMailbox
+    from actors.trainer_mailbox import TrainerMailbox
     from sead_ray.training.trainer_protocol import WorkerFailure
     ray = ray_cluster
     mailbox = TrainerMailbox.remote()

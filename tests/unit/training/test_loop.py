@@ -77,7 +77,7 @@ class FakeLoopSystem:
     def __init__(self, cfg, scenario, endpoints):
         self.controller = ProfileController(scenario, cfg.curriculum, cfg.seed)
         self._endpoints, self.user_engines = endpoints, 1
-        self.trained, self.outcomes, self.rows, self.version = [], [], [], 0
+        self.trained, self.outcomes, self.rows, self.version, self.resets = [], [], [], 0, []
 
     def endpoints(self):
         return self._endpoints
@@ -98,8 +98,9 @@ class FakeLoopSystem:
 
     trained_roles = ["agent"]
 
-    async def grpo_step(self, samples, role, lr=None):
+    async def grpo_step(self, samples, role, lr=None, reset_optimizer_after=False):
         self.trained.append(samples)
+        self.resets.append(reset_optimizer_after)
         self.version += 1
         return StepMetrics(0.0, 0.0, 0.0, 0.0, 0.0, None, sum(sum(s.loss_mask) for s in samples), 0.0, 0.0, 0.0, 0.0,
                            0.0)
@@ -285,6 +286,7 @@ def test_sop_rehearsal_fine_tunes_on_the_won_script_calls_then_checkpoints_itera
     asyncio.run(loop.run())
     rehearsal, grpo = system.trained[:2], system.trained[2:]
     assert len(rehearsal) == 2 and len(grpo) == 1
+    assert system.resets == [False, True, False]   # the rehearsal's Adam moments end with its last step
     calls = [json.loads(line) for line in (tmp_path / "dialogues" / "warm_start.jsonl").read_text().splitlines()]
     assert len(calls) == 6 and sum(c["outcome"] == "success" for c in calls) == sum(len(b) for b in rehearsal) >= 4
     for sample in (s for batch in rehearsal for s in batch):
