@@ -9,10 +9,10 @@ Each run is `sead-ray train` of configs/embedded.yaml (train.warm_start on, its 
 train.eval_depths and train.eval_user_sets); the control is seed 0 with train.lr = 0 (warm start, then no update;
 the rehearsal keeps its own rate, so the control is the warm-started agent replaying self-play without a step).
 The held-out calls after the warm start (iteration 0) and after the last iteration are the same profiles with the
-same seeds: an exact one-sided McNemar test per run, start and user set. A gain is claimed for a start only where
-p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the last evaluation is audited from
-the rule user's own verdicts (sead_ray.evaluation.audit); the count of won calls failing it must be 0.
-Writes OUT/self_play_gain.{json,md}.
+same seeds: an exact one-sided McNemar test per run, start and user set, and over the user sets pooled. A gain is
+claimed for a start only where p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the
+last evaluation is audited from the rule user's own verdicts (sead_ray.evaluation.audit); the count of won calls
+failing it must be 0. Writes OUT/self_play_gain.{json,md}.
 """
 from __future__ import annotations
 
@@ -77,13 +77,16 @@ def run_gain(run_dir: Path) -> dict:
     out = {}
     for start, (first, last) in eval_files(run_dir).items():
         before, after = read_dialogues(first), read_dialogues(last)
+        user_sets = sorted({r["profile"].get("user_set") or "" for r in before})
+        picks = {user_set or "all": [i for i, r in enumerate(before) if (r["profile"].get("user_set") or "") == user_set]
+                 for user_set in user_sets}
+        if len(user_sets) > 1:     # the held-out set as a whole: what the start's claim is about
+            picks["pooled"] = list(range(len(before)))
         by_set = {}
-        for user_set in sorted({r["profile"].get("user_set") or "" for r in before}):
-            pick = [i for i, r in enumerate(before) if (r["profile"].get("user_set") or "") == user_set]
+        for name, pick in picks.items():
             b, a = [before[i] for i in pick], [after[i] for i in pick]
-            test = paired_test(b, a)
-            by_set[user_set or "all"] = {"n": len(pick), "won_before": sum(r["outcome"] == "success" for r in b),
-                                         "won_after": sum(r["outcome"] == "success" for r in a), **test}
+            by_set[name] = {"n": len(pick), "won_before": sum(r["outcome"] == "success" for r in b),
+                            "won_after": sum(r["outcome"] == "success" for r in a), **paired_test(b, a)}
         out[start] = {"by_user_set": by_set, "iteration_after": int(last.name[5:9]),
                       "audit": audit_won_calls(after, scenario, cfg.user.rule.ear)}
     return out

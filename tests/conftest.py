@@ -44,7 +44,10 @@ def smollm_tokenizer():
 # follow every step's weights to the engines (the skip itself: tests/unit/training/test_loop.py)
 TEST_SETTING = ["curriculum.user_set=''", "train.rollouts_per_profile=1", "train.advantage_mode=batch_mean",
                 "train.gradient_checkpointing=true", "train.eval_every=0", "engine.cpu_bind=nobind",
-                "train.skip_no_signal_steps=false"]
+                "train.skip_no_signal_steps=false",
+                # the demo's weak-start levers (issue 36) off: each test that needs one sets it
+                "train.warm_start=none", "curriculum.depth=off", "user.rule.ear=lexicon", "train.eval_user_sets=[]",
+                "train.eval_depths=[cold]", "train.drop_no_signal_calls=false"]
 
 
 def tiny_config(*overrides: str):

@@ -210,9 +210,9 @@ def test_cli_adversarial_writes_the_battery_per_user_set(tmp_path, capsys):
     from sead_ray.cli.main import main
     out = tmp_path / "adv"
     assert main(["simcheck", "--config", str(EMBEDDED_CONFIG), "--adversarial", "--n", "8", "--user-sets", "soft,hard",
-                 "--out", str(out)]) == 0
+                 "--set", "user.rule.ear=lexicon", "--out", str(out)]) == 0
     data = json.loads((out / "simcheck.json").read_text())
-    # the default ear (lexicon) is deaf to honest answers in other words: only the honest classes miss their bar
+    # the lexicon ear (the default) is deaf to honest answers in other words: only the honest classes miss their bar
     assert data["adversarial_ok"] is False
     for name in ("soft", "hard"):
         part = data["by_user_set"][name]
