@@ -247,13 +247,15 @@ def _plot_cr_by_start(rows: list[dict], held_out_starts: dict[str, list[dict]], 
     from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     starts = sorted({s for r in rows for s in (r.get("cr_by_start") or {})}, key=start_order)
+    # one colour per start in both panels
+    colour = {s: f"C{i}" for i, s in enumerate(sorted(set(starts) | set(held_out_starts), key=start_order))}
     for start in starts:
         points = [(r["iteration"], r["cr_by_start"][start]["cr"]) for r in rows if start in (r.get("cr_by_start") or {})]
-        axes[0].plot(*zip(*points), "o-", label=start)
+        axes[0].plot(*zip(*points), "o-", label=start, color=colour[start])
     for start in sorted(held_out_starts, key=start_order):
         points = [(r["iteration"], calls_of(r)[0] / max(1, calls_of(r)[1])) for r in held_out_starts[start]]
         if points:
-            axes[1].plot(*zip(*points), "D-", label=start)
+            axes[1].plot(*zip(*points), "D-", label=start, color=colour[start])
     for ax, title in zip(axes, ("training calls (sampled) by start", "held-out calls (greedy) by start")):
         ax.set_title(title)
         ax.set_ylim(-0.05, 1.05)
