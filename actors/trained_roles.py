@@ -213,9 +213,8 @@ class TrainingSystem:
     async def grpo_step(self, samples: list[Sample], role: str = "agent", lr: Optional[float] = None,
                         reset_optimizer_after: bool = False) -> StepMetrics:
         """One GRPO update of `role`'s model (at `lr`: the warm start's own rate; None: train.lr; the warm start's
-        last step then clears the optimizer's state). Colocated
-        (`placement.colocate`): the engines sleep while the trainer steps and wake before the new weights arrive
-        (vLLM cannot load weights into a sleeping engine)."""
+        last step then clears the optimizer's state). Colocated (`placement.colocate`): the engines sleep while the
+        trainer steps and wake before the new weights arrive (vLLM cannot load weights into a sleeping engine)."""
         trained = self.trained[role]
         await trained.pool.settle()   # a replacement's weights are pushed before the step changes them
         if not self.roles.cfg.placement.colocate:
