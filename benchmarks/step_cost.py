@@ -29,14 +29,12 @@ def parse_args():
     return p.parse_args()
 
 
-def system_prompt_tokens(run_dir: Path) -> int:
+def system_prompt_tokens(run_dir: Path, cfg) -> int:
     """Tokens of the agent's system prompt and generation header, as every call of the run starts."""
     from transformers import AutoTokenizer
 
     from sead_ray.agent.prompt import agent_messages
-    from sead_ray.core.config import load_config
     from sead_ray.scenario.scenario import load_scenario
-    cfg = load_config(str(run_dir / "config.yaml"), [])
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
     saved = sorted(run_dir.glob("checkpoints/iter_*/**/hf/tokenizer_config.json"))   # the run's own tokenizer
     tokenizer = AutoTokenizer.from_pretrained(saved[-1].parent)
@@ -64,9 +62,10 @@ def call_tokens(record: dict) -> int:
 def run_cost(run_dir: Path) -> dict:
     """Per taken step (train rows with a step): the calls kept, their tokens split, the seconds."""
     from sead_ray.core.config import load_config
-    drop = load_config(str(run_dir / "config.yaml"), []).train.drop_no_signal_calls
+    cfg = load_config(str(run_dir / "config.yaml"), [])
+    drop = cfg.train.drop_no_signal_calls
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    prompt = system_prompt_tokens(run_dir)
+    prompt = system_prompt_tokens(run_dir, cfg)
     steps = []
     for r in rows:
         if r.get("phase") != "train" or not r.get("train_step_s"):
