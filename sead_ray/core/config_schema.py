@@ -226,6 +226,10 @@ class WeightSyncConfig:
     bucket_mb: int = option(64, 1, 1 << 16, "object-store bucket / packed NCCL buffer size")
     timeout_s: float = option(600.0, 5.0, 86400.0, "a weight sync taking longer fails (the driver's wait; with gloo "
                               "also the transfer's collectives, so engines left waiting by a dead peer give up)")
+    verify: Literal["every", "first", "off"] = option("every", doc="compare a digest of the weights each engine received "
+                                                      "(per tensor: sum and sum of squares) with the trainer's of what "
+                                                      "it sent: after every sync, the first to each set of engines, or "
+                                                      "never; a mismatch fails the sync, which is done once more")
 
 
 @dataclass

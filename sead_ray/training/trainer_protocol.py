@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from sead_ray.core.roles import ROLES
@@ -20,8 +20,9 @@ class TrainerError(RuntimeError):
 
 
 class WeightSyncFailed(RuntimeError):
-    """A weight sync failed on its way to the engines (one died, a transfer timed out) after every rank
-    finished its part: the trainer goes on, and the sync can be redone to a changed list of engines."""
+    """A weight sync failed on its way to the engines (one died, a transfer timed out, an engine received other
+    weights than were sent) after every rank finished its part: the trainer goes on, and the sync can be redone
+    to a changed list of engines."""
 
 
 @dataclass
@@ -139,6 +140,7 @@ class SyncRequest:
     workers_per_engine: int = 1   # the agent engines' tensor-parallel size
     engines: Optional[list] = None  # a changed list of the role's engines (one was restarted): the transport is rebuilt
     timeout_s: float = 600.0       # weight_sync.timeout_s: the transfer group's collectives
+    verify: str = "every"          # weight_sync.verify: which syncs compare the engines' digests with the sender's
 
 
 @dataclass
@@ -249,6 +251,21 @@ class SyncResult:
     gather_publish_s: Optional[float]   # file transports: gather + write; None when gathering streams into sending
     apply_s: Optional[float]            # until the slowest engine serves the version
     total_s: float
+    # weight_sync.verify (sead_ray.training.weight_digest): None, not checked; True, every engine received the
+    # tensors as sent; False, `mismatched` names each engine and tensor that differ
+    verified: Optional[bool] = None
+    mismatched: list[str] = field(default_factory=list)
+    sent_digest: Optional[tuple[float, float]] = None   # sum and sum of squares of every element sent
+    digest_s: Optional[float] = None    # the sender's digest + the slowest engine's: what checking cost this sync
+
+    def checked(self) -> SyncResult:
+        """Itself, unless an engine received other weights than were sent: then WeightSyncFailed names them."""
+        if self.verified is False:
+            shown = "; ".join(self.mismatched[:5]) + (f"; and {len(self.mismatched) - 5} more"
+                                                      if len(self.mismatched) > 5 else "")
+            raise WeightSyncFailed(f"weight sync v{self.version}: the engines received other weights than the trainer "
+                                   f"sent (weight_sync.verify): {shown}")
+        return self
 
 
 def shard_samples(samples: Sequence[Sample], world_size: int, per_rank_capacity: int) -> list[list[Sample]]:
