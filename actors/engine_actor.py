@@ -44,25 +44,27 @@ class EngineActor:
     async def load_weights_from_file(self, path: str, version: int) -> dict:
         """Reload every weight from a safetensors file and serve `version`."""
         t0 = time.perf_counter()
-        n = await self.engine.reload_weights_from_file(path)
+        n, _ = await self.engine.reload_weights_from_file(path)
         self._serve(version)
         return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
 
-    async def apply_weights(self, handle: WeightHandle) -> dict:
-        """Apply a published weight version (shm or object_store transport; actors/weights/sync.py)."""
-        tensors, seconds = await apply_handle(self.engine, handle)
+    async def apply_weights(self, handle: WeightHandle, digest: bool = False) -> dict:
+        """Apply a published weight version (shm or object_store transport; actors/weights/sync.py); with `digest`,
+        each worker's digest of what it read (`received`, weight_sync.verify)."""
+        tensors, seconds, received = await apply_handle(self.engine, handle, digest)
         self._serve(handle.version)
-        return {"tensors": tensors, "apply_s": seconds, "version": handle.version}
+        return {"tensors": tensors, "apply_s": seconds, "version": handle.version, "received": received}
 
     # vLLM's weight-transfer API (gloo / nccl): called by the trainer's rank 0 through
     # actors.weights.sync.EnginePoolClient; update_weights blocks while the tensors stream in.
     async def init_weight_transfer_engine(self, init_info: dict) -> None:
         await self.engine.init_weight_transfer(init_info)
 
-    async def start_weight_update(self) -> None:
+    async def start_weight_update(self, digest: bool = False) -> None:
+        """With `digest`, the workers digest what they receive (weight_sync.verify)."""
         await self.abort_weight_update()    # a session a failed sync left open
         self._update_t0 = time.perf_counter()
-        await self.engine.start_weight_update()
+        await self.engine.start_weight_update(digest)
         self.update_open = True
 
     async def update_weights(self, update_info: dict) -> None:
@@ -73,10 +75,10 @@ class EngineActor:
             self.receiving = None
 
     async def finish_weight_update(self, version: int) -> dict:
-        await self.engine.finish_weight_update()
+        received = await self.engine.finish_weight_update()
         self.update_open = False
         self._serve(version)
-        return {"version": version, "apply_s": time.perf_counter() - self._update_t0}
+        return {"version": version, "apply_s": time.perf_counter() - self._update_t0, "received": received}
 
     async def abort_weight_update(self) -> None:
         """After a failed sync (a peer died): wait for tensors still expected (the transfer's collectives give

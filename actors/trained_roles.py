@@ -32,7 +32,7 @@ from sead_ray.play.rollout import RolloutEndpoints
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State
-from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult, TrainerError
+from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult, TrainerError, WeightSyncFailed
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,14 @@ class TrainedRole:
 
     async def publish(self) -> SyncResult:
         """The trainer's weights, as the current version, to every live engine. An engine that died meanwhile
-        is replaced (and given this version by `restart`) and the sync is done again for the new list."""
+        is replaced (and given this version by `restart`) and the sync is done again for the new list; so is a
+        sync after which an engine's weights differ from those sent (weight_sync.verify). A second failure ends
+        the run with its cause."""
         await self.pool.settle()
         try:
             return await asyncio.to_thread(self.trainer.sync_weights, self.version, self._changed_engines())
+        except WeightSyncFailed as exc:   # every engine lives; each loads the whole version again
+            log.warning("%s: syncing it again", exc)
         except TrainerError as exc:
             if not await self.pool.probe():
                 raise

@@ -167,7 +167,8 @@ class _Worker:
                 self.transport.close()
             self.transport = make_transport(request.transport, engines=engines if request.engines is None else
                                             request.engines, rank=self.rank, bucket_mb=request.bucket_mb,
-                                            workers_per_engine=request.workers_per_engine, timeout_s=request.timeout_s)
+                                            workers_per_engine=request.workers_per_engine, timeout_s=request.timeout_s,
+                                            verify=request.verify)
         return self.transport.send(self.weights(), request.version)
 
     def save(self, request: SaveRequest) -> float:
@@ -332,14 +333,15 @@ class TrainerGroup:
 
     def sync_weights(self, version: int, engines: Optional[Sequence[Any]] = None) -> SyncResult:
         """Send the current weights as `version` to the role's engines: those given (a changed list, an
-        engine was replaced) or the ones of the previous sync. Both roles by the configured transport."""
+        engine was replaced) or the ones of the previous sync. Both roles by the configured transport.
+        WeightSyncFailed (the trainer goes on) when an engine received other weights than were sent."""
         sync = self.cfg.weight_sync
         if engines is not None:
             self.engines = list(engines)
         return self._request(SyncRequest(version, sync.transport, sync.bucket_mb,
                                          getattr(self.cfg, self.role).tensor_parallel_size,   # agent, user
-                                         None if engines is None else self.engines, sync.timeout_s),
-                             timeout_s=sync.timeout_s)[0]
+                                         None if engines is None else self.engines, sync.timeout_s, sync.verify),
+                             timeout_s=sync.timeout_s)[0].checked()
 
     def save(self, directory: Path) -> float:
         return max(self._request(SaveRequest(str(directory))))

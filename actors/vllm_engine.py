@@ -2,8 +2,8 @@
 
 vLLM's engine and weight-update APIs change between releases; everything the project uses of them
 goes through this module: start an AsyncLLM engine, generate from token ids (optionally under a JSON
-schema), and reload weights from a safetensors file through a worker extension. vLLM is imported
-lazily, inside the engine-owning process.
+schema), and take new weights: reloaded from a safetensors file, or through vLLM's weight-transfer API, by the
+worker extension of actors.weights.extension. vLLM is imported lazily, inside the engine-owning process.
 """
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import Any, Optional
 
 from sead_ray.core.roles import trained_roles
 from sead_ray.core.transports import WEIGHT_TRANSPORTS
+from sead_ray.training.weight_digest import DigestRecorder
 
-# Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine.
-WORKER_EXTENSION = "actors.vllm_engine.WeightReloadExtension"
+# Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine (the engine's side of
+# every weight transport, which runs in the workers).
+WORKER_EXTENSION = "actors.weights.extension.WeightReloadExtension"
 
 
 @dataclass
@@ -48,36 +50,6 @@ class Generation:
     logprobs: list[float]
     finish_reason: str
     prompt_tokens: int
-
-
-class WeightReloadExtension:
-    """Mixed into vLLM's worker: reload the model's weights in place from a safetensors file.
-
-    After start-up on CPU the parameters are re-packed and `model.load_weights` fails; the model
-    runner's `reload_weights` is the path that works (PLATFORM_NOTES.md)."""
-
-    def sead_reload_from_file(self, path: str) -> int:
-        from actors.weights.files import map_weight_file
-        tensors = map_weight_file(path)   # read where it lies: the loader's copy is the only one
-        self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
-        refresh_tied_lm_head(self.model_runner.get_model())
-        return len(tensors)
-
-    def sead_ping(self) -> str:
-        return "ok"
-
-
-def refresh_tied_lm_head(model: Any) -> None:
-    """vLLM 0.32 on CPU packs the lm_head GEMM at load time; with tied embeddings (SmolLM2) a reload
-    updates the embedding but the lm_head keeps serving the packed old weights. Re-pack it from the
-    current weight (in effect a no-op for an untied head, which the reload already updated)."""
-    from vllm.platforms import current_platform
-    if not current_platform.is_cpu():
-        return
-    lm_head = getattr(model, "lm_head", None)
-    method = getattr(lm_head, "quant_method", None)
-    if method is not None and hasattr(method, "process_weights_after_loading"):
-        method.process_weights_after_loading(lm_head)
 
 
 def engine_kwargs(spec: EngineSpec) -> dict:
@@ -253,11 +225,13 @@ class VLLMEngine:
             for name in ("engine_requests_running", "engine_requests_waiting", "engine_kv_cache_usage"):
                 self.gauges.set(name, 0, tags)
 
-    async def reload_weights_from_file(self, path: str) -> int:
-        results = await self.engine.collective_rpc("sead_reload_from_file", args=(path,))
+    async def reload_weights_from_file(self, path: str, digest: bool = False) -> tuple[int, Optional[list]]:
+        """The tensors reloaded and, with `digest`, each worker's DigestRecorder of what it read (else None)."""
+        results = await self.engine.collective_rpc("sead_reload_from_file", args=(path, digest))
         # Reset the prefix cache so no KV computed with old weights is reused.
         await self.engine.reset_prefix_cache()
-        return int(results[0])
+        return int(results[0]["tensors"]), (
+            [DigestRecorder.from_plain(r["received"]) for r in results] if digest else None)
 
     # vLLM's RL weight-transfer API (backend set by EngineSpec.weight_transfer_backend at start)
     async def init_weight_transfer(self, init_info: dict) -> None:
@@ -267,16 +241,21 @@ class VLLMEngine:
         await self.engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
         self.weight_transfer_ready = True
 
-    async def start_weight_update(self) -> None:
+    async def start_weight_update(self, digest: bool = False) -> None:
+        """With `digest`, the workers digest every tensor they receive until `finish_weight_update`."""
+        await self.engine.collective_rpc("sead_watch_received", args=(digest,))
         await self.engine.start_weight_update()
 
     async def update_weights(self, update_info: dict) -> None:
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
         await self.engine.update_weights(WeightTransferUpdateRequest(update_info=update_info))
 
-    async def finish_weight_update(self) -> None:
+    async def finish_weight_update(self) -> Optional[list]:
+        """Each worker's DigestRecorder of what it received (None: not digested)."""
         await self.engine.finish_weight_update()
         await self.engine.reset_prefix_cache()   # no KV computed with the old weights is reused
+        received = await self.engine.collective_rpc("sead_received_digest")
+        return None if any(r is None for r in received) else [DigestRecorder.from_plain(r) for r in received]
 
     async def reset_prefix_cache(self) -> None:
         await self.engine.reset_prefix_cache()

@@ -27,7 +27,7 @@ from vllm.distributed.weight_transfer.nccl_engine import (
     NCCLWeightTransferUpdateInfo,
 )
 
-from actors.vllm_engine import refresh_tied_lm_head
+from actors.weights.extension import refresh_tied_lm_head
 
 BACKEND = "gloo"
 

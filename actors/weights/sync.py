@@ -2,7 +2,9 @@
 the trainer's ranks to every engine of the trained role (the agent's, or the simulator's under user.train).
 
 Every trainer rank calls `send(source, version)` with the same `source` (under ZeRO-3 gathering each
-parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`.
+parameter is a collective); only rank 0 ships tensors and returns a `SyncResult`. On the syncs that
+`weight_sync.verify` checks, rank 0 digests each tensor as it sends it (`DigestedSource`), every engine's workers
+digest what they received under the same names (actors.weights.extension), and the result says whether they agree.
 
 - `shm`:          same node. Rank 0 copies each parameter into its place in one safetensors file under
                   /dev/shm, overwritten version after version; each engine reloads from it where it lies.
@@ -24,6 +26,7 @@ from typing import Any, Optional, Protocol
 from actors.weights.files import SharedWeightFile, discard, tensor_nbytes, write_private_weights
 from sead_ray.core.transports import WEIGHT_TRANSPORTS
 from sead_ray.training.trainer_protocol import SyncResult, WeightSyncFailed
+from sead_ray.training.weight_digest import DigestedSource, verification, verify_this_sync
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +79,9 @@ class GatheredWeights:
 class _FileTransport:
     """Base of `shm` and `object_store`: rank 0 publishes a handle, every engine applies it."""
 
-    def __init__(self, engines: list, rank: int, bucket_mb: int, workers_per_engine: int = 1):
+    def __init__(self, engines: list, rank: int, bucket_mb: int, workers_per_engine: int = 1, verify: str = "every"):
         self.engines, self.rank, self.bucket_mb = engines, rank, bucket_mb
+        self.verify, self.proven = verify, False   # proven: a sync to these engines arrived intact
 
     def close(self) -> None:
         """Nothing is held between versions."""
@@ -92,11 +96,15 @@ class _FileTransport:
             for _ in source:
                 pass
             return None
-        handle = self.publish(source, version)
+        verify = verify_this_sync(self.verify, self.proven)
+        sent = DigestedSource(source, verify)
+        handle = self.publish(sent, version)
         published = time.perf_counter() - t0
-        applied = ray.get([engine.apply_weights.remote(handle) for engine in self.engines])
-        return SyncResult(version, handle.nbytes / 2**20, published, max(a["apply_s"] for a in applied),
-                          time.perf_counter() - t0)
+        applied = ray.get([engine.apply_weights.remote(handle, verify) for engine in self.engines])
+        result = SyncResult(version, handle.nbytes / 2**20, published, max(a["apply_s"] for a in applied),
+                            time.perf_counter() - t0, **verification(sent.recorder, [a["received"] for a in applied]))
+        self.proven = self.proven or result.verified is True
+        return result
 
 
 class ShmTransport(_FileTransport):
@@ -145,17 +153,17 @@ def materialize(handle: WeightHandle) -> tuple[str, bool]:
     return write_private_weights(tensors, "recv", handle.version), True
 
 
-async def apply_handle(engine: Any, handle: WeightHandle) -> tuple[int, float]:
+async def apply_handle(engine: Any, handle: WeightHandle, digest: bool = False) -> tuple[int, float, Optional[list]]:
     """On an engine's side (agent or trained simulator): reload every weight of a published version into
-    the running VLLMEngine `engine`; returns (tensors, seconds)."""
+    the running VLLMEngine `engine`; returns (tensors, seconds, each worker's digest of what it read or None)."""
     t0 = time.perf_counter()
     path, delete = materialize(handle)
     try:
-        tensors = await engine.reload_weights_from_file(path)
+        tensors, received = await engine.reload_weights_from_file(path, digest)
     finally:
         if delete:
             discard(path)
-    return tensors, time.perf_counter() - t0
+    return tensors, time.perf_counter() - t0, received
 
 
 class EnginePoolClient:
@@ -168,6 +176,8 @@ class EnginePoolClient:
     def __init__(self, engines: list, workers_per_engine: int):
         self.engines, self.workers_per_engine = engines, workers_per_engine
         self.version = 0
+        self.digest = False                      # this version's engines digest what they receive
+        self.received: list = []                 # per engine, its workers' digests (or None) of the last version
         self.apply_s: Optional[float] = None
 
     @property
@@ -187,13 +197,14 @@ class EnginePoolClient:
 
     def start_weight_update(self) -> None:
         self._t0 = time.perf_counter()
-        self._all(lambda i, a: a.start_weight_update.remote())
+        self._all(lambda i, a: a.start_weight_update.remote(self.digest))
 
     def update_weights(self, update_info: dict) -> None:
         self._all(lambda i, a: a.update_weights.remote(update_info))
 
     def finish_weight_update(self, weight_version: Optional[str] = None) -> None:
-        self._all(lambda i, a: a.finish_weight_update.remote(self.version))
+        finished = self._all(lambda i, a: a.finish_weight_update.remote(self.version))
+        self.received = [f["received"] for f in finished]
         self.apply_s = time.perf_counter() - self._t0
 
 
@@ -234,15 +245,18 @@ class VllmApiTransport:
     rank; rank 0 rendezvouses with every engine's workers), then one `send_weights` per version."""
 
     def __init__(self, engines: list, rank: int, bucket_mb: int, backend: str, workers_per_engine: int = 1,
-                 timeout_s: float = 600.0):
+                 timeout_s: float = 600.0, verify: str = "every"):
         self.client = EnginePoolClient(engines, workers_per_engine)
         self.rank, self.bucket_mb, self.backend, self.timeout_s = rank, bucket_mb, backend, timeout_s
+        self.verify, self.proven = verify, False   # proven: a sync to these engines arrived intact
         self.engine = None
         self.source = _Relay()
 
     def send(self, source: WeightSource, version: int) -> Optional[SyncResult]:
         t0 = time.perf_counter()
-        self.source.current, self.source.active, self.client.version = source, None, version
+        self.client.digest = verify_this_sync(self.verify, self.proven)
+        sent = DigestedSource(source, self.client.digest and self.rank == 0)
+        self.source.current, self.source.active, self.client.version = sent, None, version
         try:
             if self.engine is None:
                 from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
@@ -263,7 +277,10 @@ class VllmApiTransport:
             return None
         nbytes = sum(tensor_nbytes(m.dtype, m.shape) for m in source.metadata())
         # gathering and sending are one stream here: no separate publish time
-        return SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0)
+        result = SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0,
+                            **verification(sent.recorder, self.client.received))
+        self.proven = self.proven or result.verified is True
+        return result
 
     def close(self) -> None:
         """Release the trainer side of the group (the engines re-initialise theirs on the next send)."""
@@ -299,12 +316,13 @@ TRANSPORTS: dict[str, Callable[..., WeightTransport]] = {
 
 
 def make_transport(name: str, *, engines: list, rank: int, bucket_mb: int, workers_per_engine: int = 1,
-                   timeout_s: float = 600.0) -> WeightTransport:
+                   timeout_s: float = 600.0, verify: str = "every") -> WeightTransport:
+    """`verify`: weight_sync.verify, which syncs compare the engines' digests with rank 0's."""
     if name not in TRANSPORTS:
         raise ValueError(f"unknown weight-sync transport {name!r} (one of {sorted(TRANSPORTS)})")
     extra = {"timeout_s": timeout_s} if name in VLLM_BACKENDS else {}
     return TRANSPORTS[name](engines=engines, rank=rank, bucket_mb=bucket_mb, workers_per_engine=workers_per_engine,
-                            **extra)
+                            verify=verify, **extra)
 
 
 def trained_weight_bytes(cfg: Any, agent_model: str, user_model: Optional[str] = None) -> int:

@@ -173,9 +173,9 @@ class SelfEvolutionLoop:
                  self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)
         step = await self.system.grpo_step(samples, role)
         sync = await self.system.publish(role)
-        log.info("iter %d %s GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> %s engines in %.1f s (%s)",
+        log.info("iter %d %s GRPO step %.0f s (loss %.4f, grad norm %.3g); weights v%d -> %s engines in %.1f s (%s%s)",
                  iteration, role, step.step_s, step.loss, step.grad_norm or 0.0, sync.version, role, sync.total_s,
-                 self.cfg.weight_sync.transport)
+                 self.cfg.weight_sync.transport, ", digests equal" if sync.verified else "")
         return Learning(rewards, step, sync, sync.version)
 
     async def warm_start(self) -> None:
