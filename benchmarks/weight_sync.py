@@ -13,7 +13,9 @@ greedy output changed, so a transport that silently did nothing would show. The 
 measured end to end: from a trainer that just stepped (Ray Train + DeepSpeed as configs/embedded.yaml
 sets it, as `sead-ray train` runs it) to the engine serving the new version (`TrainerGroup.sync_weights`).
 `--json` writes the ratios at the top level: `default_over_copy_floor` (time, >= 1) and
-`restart_over_default`.
+`restart_over_default`; and what checking each sync costs (weight_sync.verify = every, the default: the
+sender's digest plus the slowest engine's), per run (`digest_s`, `verified`) and per transport
+(`<transport>_digest_s`, `<transport>_digest_share`: its share of the sync's seconds).
 """
 from __future__ import annotations
 
@@ -98,7 +100,8 @@ def end_to_end_sync(model_path: Path, agent, repeats: int, version: int) -> list
             t0 = time.perf_counter()
             sync = trainer.sync_weights(version)
             served = ray.get(agent.get_version.remote())
-            runs.append({"total_s": time.perf_counter() - t0, "apply_s": sync.apply_s, "served_version": served})
+            runs.append({"total_s": time.perf_counter() - t0, "apply_s": sync.apply_s, "served_version": served,
+                         "digest_s": sync.digest_s, "verified": sync.verified})
             assert served == version, (served, version)
     finally:
         trainer.stop()
@@ -149,6 +152,7 @@ async def main(args) -> dict:
             t2 = time.perf_counter()
             changed = greedy(agent) != base
             runs.append({"publish_s": sync.gather_publish_s, "apply_s": sync.apply_s, "total_s": t2 - t0,
+                         "digest_s": sync.digest_s, "verified": sync.verified,
                          "served_version": ray.get(agent.get_version.remote()), "output_changed": changed,
                          "expected_change": weights is perturbed})
         sender.close()
@@ -192,11 +196,14 @@ async def main(args) -> dict:
     naive_s = sum(n["total_s"] for n in naive) / len(naive)
     for transport, runs in results["transports"].items():
         s = steady(runs)
-        ok = all(x["output_changed"] == x["expected_change"] for x in runs)
+        ok = all(x["output_changed"] == x["expected_change"] and x["verified"] for x in runs)
+        later = runs[1:] or runs
         results[f"{transport}_s"] = s
         results[f"{transport}_ratio_vs_naive"] = naive_s / s
+        results[f"{transport}_digest_s"] = digest_s = sum(x["digest_s"] for x in later) / len(later)
+        results[f"{transport}_digest_share"] = digest_s / s
         print(f"{transport:<26}{s:>10.2f}{mb / s:>10.1f}{naive_s / s:>22.1f}   ({runs[0]['total_s']:.2f})"
-              + ("" if ok else "   (OUTPUT CHECK FAILED)"))
+              f"   digests {digest_s:.2f} s" + ("" if ok else "   (OUTPUT OR DIGEST CHECK FAILED)"))
     print(f"{'save + restart (naive)':<26}{naive_s:>10.2f}{mb / naive_s:>10.1f}{1.0:>22.1f}")
     results["naive_s"] = naive_s
     floor = results["copy_floor_s"]

@@ -137,6 +137,7 @@ def test_every_version_reaches_both_engines_through_vllms_api(system, scenario):
         assert step.logprob_mismatch_mean < 1e-3, step       # the engines sampled with the trainer's weights
         sync = trainer.sync_weights(version)
         assert sync.version == version and sync.mb > 0 and sync.apply_s is not None
+        assert sync.verified is True and sync.mismatched == []   # ZeRO-3's gathered names are the engines' names
         outs = _greedy_outputs(roles, prompt)
         assert [o.policy_version for o in outs] == [version, version]
         for out in outs:
