@@ -98,6 +98,8 @@ class TrainConfig:
         ("cold",), doc="the starts each held-out evaluation plays: cold and/or depths d >= 0 (sead_ray.play.starts)")
     checkpoint_every: int = option(1, 0, 100000, "0 = only at the end (and on a stop or a failure)")
     keep_checkpoints: int = option(2, 0, 100000, "newest checkpoints kept on disk (0 = all)")
+    checkpoint_in_background: bool = option(True, doc="write each checkpoint while the next iteration's calls play (its "
+                                            "GRPO step waits for it; at most one in flight; a stop waits for it)")
     stop_save_max_s: float = option(300.0, 0.0, 86400.0, "a stop (Ctrl-C, SIGTERM, ray job stop) checkpoints the "
                                     "last completed iteration only if the run's last save took at most this long; "
                                     "else the last checkpoint stands (a 14B model's ZeRO-3 state on a network "

@@ -5,7 +5,8 @@
     3. learn               per trained role: GRPO advantages -> one update on its trainer -> weights to its engines
     4. analyse_mistakes    completion rate per initial state -> the next sampling weights
 
-Each phase returns a record; `run()` plays iterations and saves checkpoints. Stopping (Ctrl-C,
+Each phase returns a record; `run()` plays iterations and saves checkpoints, in the background: the next
+iteration's calls are played while a checkpoint is written, and its GRPO step waits for it. Stopping (Ctrl-C,
 SIGTERM), resuming and tearing the system down live in sead_ray.runs.train, beside the loop.
 """
 from __future__ import annotations
@@ -119,6 +120,7 @@ class SelfEvolutionLoop:
         self.done = start              # the last completed iteration, its controller state and policy version
         self.saved_iteration = start.iteration if saved else 0
         self.last_save_s: Optional[float] = None   # how long the run's last checkpoint took to write
+        self.saving: Optional[asyncio.Task] = None  # the checkpoint being written (at most one at a time)
         self.stop_requested = False
         self.weights_ahead = False     # the trainer stepped in an iteration that has not completed yet
 
@@ -142,6 +144,7 @@ class SelfEvolutionLoop:
         if dialogues.rollout.errors:
             log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
                         iteration, dialogues.rollout.errors)
+        await self.saved()   # the trainer's weights are the checkpoint's until it is written
         self.weights_ahead = True
         return {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
 
@@ -220,7 +223,7 @@ class SelfEvolutionLoop:
                                                                        "warm_start_steps": train.warm_start_steps,
                                                                        "policy_version": version,
                                                                        "warm_start_nll": nll})
-        self.save(force=True)
+        await self.save(force=True)
 
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
         snapshot = await self.system.update_curriculum((t.profile.state, t.profile.start_depth, t.success)
@@ -277,7 +280,8 @@ class SelfEvolutionLoop:
             if held_out and (iteration % train.eval_every == 0 or iteration == train.iterations):
                 await self.evaluate_held_out(iteration)
             if train.checkpoint_every and iteration % train.checkpoint_every == 0 or iteration == train.iterations:
-                self.save()
+                await self.save()
+        await self.saved()
 
     async def run_keeping_progress(self) -> bool:
         """`run()`; on a stop request (returns True) or any failure (re-raised) the last completed
@@ -286,27 +290,31 @@ class SelfEvolutionLoop:
             await self.run()
             return False
         except (StopRequested, asyncio.CancelledError):
-            self.save(stopping=True)
+            await self.save(stopping=True, wait=True)
             return True
         except Exception as failure:   # not KeyboardInterrupt: a second Ctrl-C means leave now
             if self.weights_ahead:   # the weights no longer match the last completed iteration
+                await self._saved_or_logged()
                 log.error("the failure came after a GRPO step of an unfinished iteration: no checkpoint written; "
                           "resume from the last one (iteration %d)", self.saved_iteration)
                 raise
             if isinstance(failure, (TrainerError, CheckpointError)):   # saving needs the trainer that just failed
+                await self._saved_or_logged()
                 log.error("the trainer or its checkpoint failed: no checkpoint written; resume from the last one "
                           "(iteration %d)", self.saved_iteration)
                 raise
             try:
-                self.save()
+                await self.save(wait=True)
             except Exception as exc:   # e.g. the trainer itself is what failed: report the first error
                 log.error("could not checkpoint iteration %d after the failure: %r", self.done.iteration, exc)
             raise
 
-    def save(self, stopping: bool = False, force: bool = False) -> None:
-        """Checkpoint the last completed iteration (if not saved yet; `force`: the warm start's iteration 0).
+    async def save(self, stopping: bool = False, force: bool = False, wait: bool = False) -> None:
+        """Checkpoint the last completed iteration (if not saved yet; `force`: the warm start's iteration 0), in the
+        background unless `wait` or train.checkpoint_in_background is off; a save still in flight ends first.
         `stopping`: not when the run's last save took longer than train.stop_save_max_s and a checkpoint exists
         (the stop must end in time)."""
+        await self.saved()
         if self.done.iteration <= self.saved_iteration and not force:
             return
         limit = self.cfg.train.stop_save_max_s
@@ -315,9 +323,33 @@ class SelfEvolutionLoop:
                         "= %.0f); a resume continues after iteration %d", self.done.iteration, self.last_save_s, limit,
                         self.saved_iteration)
             return
-        t0 = time.perf_counter()
-        save_checkpoint(self.system.save_weights, self.run_dir, self.done, self.cfg.train.keep_checkpoints)
-        self.saved_iteration, self.last_save_s = self.done.iteration, time.perf_counter() - t0
+        state = self.done
+
+        async def write() -> None:
+            t0 = time.perf_counter()
+            await asyncio.to_thread(save_checkpoint, self.system.save_weights, self.run_dir, state,
+                                    self.cfg.train.keep_checkpoints)
+            self.saved_iteration, self.last_save_s = state.iteration, time.perf_counter() - t0
+        self.saving = asyncio.ensure_future(write())
+        if wait or not self.cfg.train.checkpoint_in_background:
+            await self.saved()
+
+    async def saved(self) -> None:
+        """Wait for the checkpoint being written, if one is (its failure is raised here)."""
+        if self.saving is None:
+            return
+        try:
+            await asyncio.shield(self.saving)   # a cancelled wait leaves the writer to finish, and to be waited for
+        finally:
+            if self.saving.done():
+                self.saving = None
+
+    async def _saved_or_logged(self) -> None:
+        """After a failure: let a checkpoint in flight end (it holds a completed iteration), its own error only logged."""
+        try:
+            await self.saved()
+        except Exception as exc:
+            log.error("the checkpoint being written when the run failed did not complete: %r", exc)
 
     async def _log(self, iteration: int, dialogues: Dialogues, learning: dict[str, Learning], curriculum: dict,
                    seconds: float) -> dict:

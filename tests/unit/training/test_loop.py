@@ -249,6 +249,79 @@ def test_a_stop_keeps_the_last_checkpoint_when_a_save_would_outlast_it(scenario,
     assert run(tmp_path / "fast", 60) == 3
 
 
+class SlowWriterSystem(FakeLoopSystem):
+    """FakeLoopSystem whose checkpoint writer takes `save_s` (a slowed writer); it logs when the writer, the agent's
+    calls and the GRPO steps run, and can ask the loop to stop while a checkpoint is being written."""
+
+    def __init__(self, cfg, scenario, endpoints, save_s, stop_during_save=None):
+        super().__init__(cfg, scenario, endpoints)
+        self.save_s, self.stop_during_save, self.events, self.loop = save_s, stop_during_save, [], None
+        generate = endpoints.agent.generate
+
+        async def logged_generate(dialogue_id, prompt_ids, **kwargs):
+            self.events.append(("call", dialogue_id[:6]))
+            return await generate(dialogue_id, prompt_ids, **kwargs)
+        endpoints.agent.generate = logged_generate
+
+    def save_weights(self, directory):
+        import time
+        self.events.append(("save starts", directory.name))
+        if directory.name == self.stop_during_save:
+            self.loop.stop_requested = True
+        time.sleep(self.save_s)
+        super().save_weights(directory)
+        self.events.append(("save ends", directory.name))
+
+    async def grpo_step(self, samples, role, lr=None, reset_optimizer_after=False):
+        self.events.append(("step", self.version + 1))
+        return await super().grpo_step(samples, role, lr, reset_optimizer_after)
+
+
+def _slow_writer_run(scenario, tokenizer, out, *overrides, stop_during_save=None):
+    cfg = tiny_config("train.batch_size=2", "train.iterations=3", *overrides)
+    system = SlowWriterSystem(cfg, scenario, _endpoints(scenario, tokenizer), 0.5, stop_during_save)
+    loop = system.loop = SelfEvolutionLoop(cfg, scenario, system, out, TrainState(0, system.controller.state_dict()),
+                                           saved=False)
+    return system, asyncio.run(loop.run_keeping_progress())
+
+
+def test_a_checkpoint_is_written_while_the_next_iteration_plays_and_its_step_waits(scenario, smollm_tokenizer,
+                                                                                   tmp_path):
+    system, stopped = _slow_writer_run(scenario, smollm_tokenizer, tmp_path)
+    events = system.events
+    assert not stopped
+    first_save = events.index(("save starts", "iter_0001")), events.index(("save ends", "iter_0001"))
+    # iteration 2's calls were played while iteration 1's checkpoint was being written ...
+    assert ("call", "it0002") in events[first_save[0]:first_save[1]]
+    # ... and its GRPO step waited for it (the checkpoint holds iteration 1's weights)
+    assert events.index(("step", 2)) > first_save[1]
+    # one save at a time, and the run ends after its last one
+    starts = [e for e in events if e[0] == "save starts"]
+    ends = [e for e in events if e[0] == "save ends"]
+    assert [e[1] for e in starts] == [e[1] for e in ends] == ["iter_0001", "iter_0002", "iter_0003"]
+    assert all(events.index(("save ends", a[1])) < events.index(b) for a, b in zip(starts, starts[1:]))
+    assert events[-1] == ("save ends", "iter_0003")
+    assert json.loads((tmp_path / "checkpoints" / "latest" / "state.json").read_text())["iteration"] == 3
+
+    serial, _ = _slow_writer_run(scenario, smollm_tokenizer, tmp_path / "serial", "train.checkpoint_in_background=false")
+    write = serial.events.index(("save starts", "iter_0001")), serial.events.index(("save ends", "iter_0001"))
+    assert ("call", "it0002") not in serial.events[write[0]:write[1]]   # the switch: one thing at a time
+
+
+def test_a_stop_during_a_save_ends_with_complete_checkpoints(scenario, smollm_tokenizer, tmp_path):
+    """Stop asked while iteration 1's checkpoint is written: the run waits for it, checkpoints the last completed
+    iteration (2, whose calls were already playing, unless the stop cut them short) and ends; no checkpoint is left
+    half written."""
+    system, stopped = _slow_writer_run(scenario, smollm_tokenizer, tmp_path, stop_during_save="iter_0001")
+    completed = sum(e[0] == "step" for e in system.events)   # one GRPO step per completed iteration
+    assert stopped and completed in (1, 2)
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*"))
+    assert kept == [f"iter_{i:04d}" for i in range(1, completed + 1)]
+    assert all((tmp_path / "checkpoints" / name / "state.json").exists() for name in kept)
+    assert json.loads((tmp_path / "checkpoints" / "latest" / "state.json").read_text())["iteration"] == completed
+    assert system.events[-1] == ("save ends", kept[-1])
+
+
 def test_simulator_samples_train_only_the_simulators_tokens():
     """user.train: the simulator's samples mask all but its own sampled tokens (the end-to-end run that
     trains the simulator is tests/system/test_job_submit.py)."""
