@@ -165,6 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "from its config.json, or from a table of known models when it is not downloaded yet.")
     _add_config_args(pl)
 
+    # doctor
+    dr = sub.add_parser(
+        "doctor", help="check each part a run needs on this cluster, one line each, in about a minute",
+        description="Before a first run on a new cluster (or here): check, in the order a run meets them, the config, "
+                    "the models, the Ray cluster, the GPUs as an actor holding one sees them (not only Ray's "
+                    "resources), /dev/shm and the disk the run's checkpoints need, the placement groups, an engine of "
+                    "each role (with its tensor parallelism), the trainer group, one weight sync with its digests "
+                    "compared, and one greedy call end to end. One line per part, pass or FAIL with what usually "
+                    "fixes it; the parts after a failure are not checked. Exit 0 when every part works, 2 otherwise.",
+        epilog="example:\n  sead-ray doctor --config configs/embedded.yaml",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_args(dr)
+
     # eval
     ev = sub.add_parser(
         "eval", help="run an agent against the frozen user simulator and print the paper's metrics",

@@ -285,6 +285,22 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    import asyncio
+    import time
+
+    import ray
+
+    from sead_ray.runs.doctor import diagnose
+    t0 = time.perf_counter()
+    try:
+        checks = asyncio.run(diagnose(args.config, args.overrides))
+    finally:
+        ray.shutdown()
+    print(checks.summary(time.perf_counter() - t0))
+    return 0 if checks.failed is None else 2
+
+
 def cmd_metrics(args) -> int:
     from sead_ray.evaluation.metrics import DialogueFileError, compute_metrics, format_table, read_dialogues
 
@@ -324,6 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "train": cmd_train,
         "report": cmd_report,
         "plan": cmd_plan,
+        "doctor": cmd_doctor,
         "monitor": cmd_monitor,
         "serve": cmd_serve,
         "judge": cmd_judge,
