@@ -7,14 +7,19 @@ worker extension of actors.weights.extension. vLLM is imported lazily, inside th
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from sead_ray.core.roles import trained_roles
 from sead_ray.core.transports import WEIGHT_TRANSPORTS
 from sead_ray.training.weight_digest import DigestRecorder
+
+log = logging.getLogger(__name__)
 
 # Dotted path handed to vLLM; vLLM mixes the class into every worker of the engine (the engine's side of
 # every weight transport, which runs in the workers).
@@ -39,6 +44,7 @@ class EngineSpec:
     enforce_eager: bool = True
     chunked_prefill: bool = False
     weight_transfer_backend: str = ""   # gloo / nccl: vLLM's weight-transfer API is set up at start
+    memory_wait_s: float = 0.0      # GPU: wait this long at most for gpu_memory_utilization of each GPU to be free
     # {"run", "role", "engine"}: export the engine's load (its scheduler's own stats) as Ray gauges
     metrics_tags: Optional[dict] = None
 
@@ -159,6 +165,10 @@ class VLLMEngine:
     async def start(self) -> float:
         """Start the engine; returns the start-up time in seconds."""
         t0 = time.perf_counter()
+        if self.spec.gpu_memory_utilization > 0:
+            # vLLM refuses to start unless that share of the GPU is free: a replacement in a dead engine's bundle
+            # waits for its predecessor's memory to be released
+            await wait_for_free_memory(self.spec.gpu_memory_utilization, self.spec.memory_wait_s, cuda_free_and_total)
         if self.spec.omp_threads_bind:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.omp_threads_bind
         if self.spec.omp_threads_bind == "nobind" and self.spec.tensor_parallel_size == 1:
@@ -284,6 +294,29 @@ def takes_weights(cfg: Any, role: str) -> bool:
     return role in trained_roles(cfg)
 
 
+def cuda_free_and_total() -> list[tuple[int, int]]:
+    """(free, total) bytes of each CUDA device this process sees."""
+    import torch
+    return [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+async def wait_for_free_memory(fraction: float, wait_s: float, free_and_total: Callable[[], list[tuple[int, int]]],
+                               poll_s: float = 5.0) -> float:
+    """Until every device has `fraction` of its memory free, at most `wait_s`: the seconds waited (the engine then
+    starts anyway, and vLLM says what is missing)."""
+    t0 = time.perf_counter()
+    while True:
+        short = [(free, total) for free, total in free_and_total() if free < fraction * total]
+        waited = time.perf_counter() - t0
+        if short:
+            log.log(logging.WARNING if waited >= wait_s else logging.INFO, "%.1f of the %.1f GiB this engine plans on "
+                    "are free after %.0f s (wait %.0f s at most)", short[0][0] / 2**30, fraction * short[0][1] / 2**30,
+                    waited, wait_s)
+        if not short or waited >= wait_s:
+            return waited
+        await asyncio.sleep(poll_s)
+
+
 def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
     """The engine of `role` (agent or user): CUDA settings where the role has GPUs."""
     on_gpu = getattr(cfg.placement, role).gpus > 0
@@ -300,7 +333,8 @@ def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp
                       tensor_parallel_size=tensor_parallel,
                       enforce_eager=not on_gpu, chunked_prefill=on_gpu,
                       weight_transfer_backend=(transport if WEIGHT_TRANSPORTS.get(transport).vllm_api
-                                               and takes_weights(cfg, role) else ""))
+                                               and takes_weights(cfg, role) else ""),
+                      memory_wait_s=cfg.engine.memory_wait_s)
 
 
 _kv_logged: set = set()

@@ -163,6 +163,9 @@ class EngineConfig:
     # gives engine i core i mod (cores of its node); `nobind` leaves threads unpinned.
     cpu_bind: Literal["spread", "auto", "nobind"] = option("spread")
     start_timeout_s: float = option(1800.0, 1.0, 86400.0, "an engine start-up (model load, KV cache) taking longer fails")
+    memory_wait_s: float = option(300.0, 0.0, 86400.0, "a GPU engine first waits up to this long for the share of its "
+                                  "GPU(s) it will fill to be free (a replacement started where a dead engine's memory "
+                                  "is still being released), then starts anyway")
     request_timeout_s: float = option(600.0, 1.0, 86400.0, "an agent or simulator turn taking longer counts its engine "
                                   "as hung: the engine is replaced and the call played again")
     # vLLM's own lines (KV cache size, CUDA graphs' memory, throughput) are what a first GPU run needs to read
