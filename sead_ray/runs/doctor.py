@@ -113,11 +113,13 @@ class Checks:
 
 
 def checkpoints_on_disk(cfg: Any) -> int:
-    """How many checkpoints a run holds on disk at its fullest: the kept ones and the one being written."""
+    """How many checkpoints a run holds on disk at its fullest: the kept ones, the one being written, and a warm
+    start's iteration 0 (never pruned)."""
+    warm_start = int(cfg.train.warm_start != "none")
     if cfg.train.keep_checkpoints:
-        return cfg.train.keep_checkpoints + 1
+        return cfg.train.keep_checkpoints + 1 + warm_start
     every = cfg.train.checkpoint_every or cfg.train.iterations
-    return cfg.train.iterations // every + 1
+    return cfg.train.iterations // every + 1 + warm_start
 
 
 def run_disk_bytes(cfg: Any, trained_params: int) -> float:

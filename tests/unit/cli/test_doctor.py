@@ -48,11 +48,13 @@ def test_all_parts_pass_gives_a_passing_summary():
     assert checks.failed is None and checks.summary(61.0) == f"doctor: all {len(PARTS)} parts work (61 s)"
 
 
-@pytest.mark.parametrize("keep, iterations, every, on_disk", [(2, 8, 1, 3), (0, 10, 5, 3), (0, 10, 0, 2), (5, 3, 1, 6)])
-def test_checkpoints_on_disk(keep, iterations, every, on_disk):
+@pytest.mark.parametrize("keep, iterations, every, warm_start, on_disk", [
+    (2, 8, 1, "none", 3), (0, 10, 5, "none", 3), (0, 10, 0, "none", 2), (5, 3, 1, "none", 6),
+    (2, 8, 1, "sop_rehearsal", 4)])   # iteration 0 of a warm start is never pruned
+def test_checkpoints_on_disk(keep, iterations, every, warm_start, on_disk):
     from tests.conftest import tiny_config
     cfg = tiny_config(f"train.keep_checkpoints={keep}", f"train.iterations={iterations}",
-                      f"train.checkpoint_every={every}")
+                      f"train.checkpoint_every={every}", f"train.warm_start={warm_start}")
     assert checkpoints_on_disk(cfg) == on_disk
 
 
