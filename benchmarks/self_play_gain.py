@@ -4,6 +4,7 @@ the warm-started agent, on the same held-out profiles and seeds, per start and u
     python benchmarks/self_play_gain.py                        # seeds 0-4 and the control, ~25 min each on 2 cores
     python benchmarks/self_play_gain.py --seeds 0 --no-control --set train.iterations=2
     python benchmarks/self_play_gain.py --report-only          # read the runs already in --out
+    python benchmarks/self_play_gain.py --report-only --held-out-n 64   # and a second, larger held-out draw
 
 Each run is `sead-ray train` of configs/embedded.yaml (train.warm_start on, its held-out evaluations at
 train.eval_depths and train.eval_user_sets); the control is seed 0 with train.lr = 0 (warm start, then no update;
@@ -13,6 +14,11 @@ same seeds: an exact one-sided McNemar test per run, start and user set, and ove
 claimed for a start only where p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the
 last evaluation is audited from the rule user's own verdicts (sead_ray.evaluation.audit); the count of won calls
 failing it must be 0. Writes OUT/self_play_gain.{json,md}.
+
+`--held-out-n N` adds a second held-out draw, larger than the runs' own: N fresh owners per user set of
+train.eval_user_sets, drawn with --held-out-seed (none of the runs' draws), played cold by each run's warm-started
+checkpoint (iter_0000) and its last one with `sead-ray compare` (same profiles, same per-call seeds, greedy) into
+OUT/held-out-SEED/RUN; tested and audited as the start `cold-fresh`.
 """
 from __future__ import annotations
 
@@ -38,6 +44,9 @@ def parse_args():
     p.add_argument("--no-control", action="store_true", help="leave out the lr = 0 control")
     p.add_argument("--out", default="runs/self-play-gain", help="parent folder of the runs")
     p.add_argument("--report-only", action="store_true", help="train nothing: read the runs already in --out")
+    p.add_argument("--held-out-n", type=int, default=0, metavar="N",
+                   help="also test each run on N fresh owners per user set (sead-ray compare; see above)")
+    p.add_argument("--held-out-seed", type=int, default=2026, help="seed of that draw and of its calls")
     return p.parse_args()
 
 
@@ -65,31 +74,57 @@ def eval_files(run_dir: Path) -> dict[str, tuple[Path, Path]]:
     return out
 
 
-def run_gain(run_dir: Path) -> dict:
-    """Per start and user set: won before/after, the McNemar test, and the audit of the last evaluation's wins."""
+def run_gain(run_dir: Path, fresh: tuple[Path, Path] | None = None) -> dict:
+    """Per start and user set: won before/after, the McNemar test, and the audit of the last evaluation's wins;
+    `fresh`: the second held-out draw's (before, after) dialogues, as the start `cold-fresh`."""
     from sead_ray.core.config import load_config
-    from sead_ray.evaluation.audit import audit_won_calls
-    from sead_ray.evaluation.compare import paired_test
-    from sead_ray.evaluation.metrics import read_dialogues
     from sead_ray.scenario.scenario import load_scenario
     cfg = load_config(str(run_dir / "config.yaml"), [])
     scenario = load_scenario(cfg.resolve_path(cfg.scenario))
-    out = {}
-    for start, (first, last) in eval_files(run_dir).items():
-        before, after = read_dialogues(first), read_dialogues(last)
-        user_sets = sorted({r["profile"].get("user_set") or "" for r in before})
-        picks = {user_set or "all": [i for i, r in enumerate(before) if (r["profile"].get("user_set") or "") == user_set]
-                 for user_set in user_sets}
-        if len(user_sets) > 1:     # the held-out set as a whole: what the start's claim is about
-            picks["pooled"] = list(range(len(before)))
-        by_set = {}
-        for name, pick in picks.items():
-            b, a = [before[i] for i in pick], [after[i] for i in pick]
-            by_set[name] = {"n": len(pick), "won_before": sum(r["outcome"] == "success" for r in b),
-                            "won_after": sum(r["outcome"] == "success" for r in a), **paired_test(b, a)}
-        out[start] = {"by_user_set": by_set, "iteration_after": int(last.name[5:9]),
-                      "audit": audit_won_calls(after, scenario, cfg.user.rule.ear)}
-    return out
+    pairs = {start: (first, last, int(last.name[5:9])) for start, (first, last) in eval_files(run_dir).items()}
+    if fresh is not None:
+        pairs["cold-fresh"] = (*fresh, last_iteration(run_dir))
+    return {start: gain(first, last, iteration, scenario, cfg.user.rule.ear)
+            for start, (first, last, iteration) in pairs.items()}
+
+
+def gain(first: Path, last: Path, iteration_after: int, scenario, ear: str) -> dict:
+    """One start: per user set (and pooled), won before/after and the exact one-sided McNemar test; the audit of
+    the later calls' wins."""
+    from sead_ray.evaluation.audit import audit_won_calls
+    from sead_ray.evaluation.compare import paired_test
+    from sead_ray.evaluation.metrics import read_dialogues
+    before, after = read_dialogues(first), read_dialogues(last)
+    user_sets = sorted({r["profile"].get("user_set") or "" for r in before})
+    picks = {user_set or "all": [i for i, r in enumerate(before) if (r["profile"].get("user_set") or "") == user_set]
+             for user_set in user_sets}
+    if len(user_sets) > 1:     # the held-out set as a whole: what the start's claim is about
+        picks["pooled"] = list(range(len(before)))
+    by_set = {}
+    for name, pick in picks.items():
+        b, a = [before[i] for i in pick], [after[i] for i in pick]
+        by_set[name] = {"n": len(pick), "won_before": sum(r["outcome"] == "success" for r in b),
+                        "won_after": sum(r["outcome"] == "success" for r in a), **paired_test(b, a)}
+    return {"by_user_set": by_set, "iteration_after": iteration_after,
+            "audit": audit_won_calls(after, scenario, ear)}
+
+
+def last_iteration(run_dir: Path) -> int:
+    return max(int(p.name[5:]) for p in (run_dir / "checkpoints").glob("iter_*") if (p / "state.json").exists())
+
+
+def fresh_held_out(run_dir: Path, out_dir: Path, n: int, seed: int) -> tuple[Path, Path]:
+    """The run's warm-started and last checkpoints on N fresh owners per held-out user set (`sead-ray compare`,
+    skipped when out_dir already holds it): their two dialogue files."""
+    from sead_ray.core.config import load_config
+    cfg = load_config(str(run_dir / "config.yaml"), [])
+    if not (out_dir / "compare.json").exists():
+        subprocess.run([sys.executable, "-m", "sead_ray.cli.main", "compare", "--config", str(run_dir / "config.yaml"),
+                        "--agents", f"{run_dir}@iter_0000", f"{run_dir}@iter_{last_iteration(run_dir):04d}",
+                        "--n", str(n), "--seed", str(seed), "--user-sets", ",".join(cfg.train.eval_user_sets),
+                        "--by", "user_set", "--out", str(out_dir)], check=True, cwd=ROOT)
+    first, last = sorted((out_dir / "agents").iterdir())[:2]
+    return first / "dialogues.jsonl", last / "dialogues.jsonl"
 
 
 def claims(gains: dict[str, dict], control: str | None) -> list[str]:
@@ -137,7 +172,10 @@ def main() -> int:
     for name, extra in runs.items():
         if not args.report_only:
             walls[name] = train(args.config, args.overrides + extra, out / name)
-    gains = {name: run_gain(out / name) for name in runs if (out / name / "dialogues").exists()}
+    done = [name for name in runs if (out / name / "dialogues").exists()]
+    fresh = {name: fresh_held_out(out / name, out / f"held-out-{args.held_out_seed}" / name, args.held_out_n,
+                                  args.held_out_seed) for name in done} if args.held_out_n else {}
+    gains = {name: run_gain(out / name, fresh.get(name)) for name in done}
     text = markdown(gains, walls, control)
     print(text)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import pytest
 from actors.rollout_roles import restart_engine, shutdown_rollout_roles, start_rollout_roles
 from actors.trained_roles import TrainedRole
 from actors.weights.sync import make_transport
+from benchmarks.weight_sync import StateDictSource
 from sead_ray.training.trainer_protocol import WeightSyncFailed
 from sead_ray.training.weight_digest import DigestedSource, DigestRecorder, digest_summary
 from tests.conftest import tiny_config
@@ -35,20 +36,6 @@ def engine(ray_cluster, scenario, tmp_path_factory):
     weights = load_file(str(resolve_model(cfg.models.agent) / "model.safetensors"))
     yield roles, weights
     asyncio.run(shutdown_rollout_roles(roles))
-
-
-class StateDictSourceStandIn:
-    """Stands in for actors.weights.sync.GatheredWeights on rank 0: a full state dict in HF naming."""
-
-    def __init__(self, tensors: dict):
-        self.tensors = tensors
-
-    def metadata(self) -> list:
-        from vllm.distributed.weight_transfer.base import ParamMeta
-        return [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in self.tensors.items()]
-
-    def __iter__(self):
-        return iter(self.tensors.items())
 
 
 class DamagedInTransitStandIn(DigestedSource):
@@ -87,7 +74,7 @@ class TrainerStandIn:
             self.transport.close()
             self.engines = list(engines)
             self.transport = make_transport(self.name, engines=self.engines, rank=0, bucket_mb=1)
-        return self.transport.send(StateDictSourceStandIn(self.weights), version).checked()
+        return self.transport.send(StateDictSource(self.weights), version).checked()
 
 
 def _version(roles) -> int:
@@ -101,7 +88,7 @@ def test_an_honest_sync_reports_equal_digests(engine, transport):
     version = _version(roles) + 1
     sender = make_transport(transport, engines=list(roles.agents.actors.values()), rank=0, bucket_mb=1)
     try:
-        sync = sender.send(StateDictSourceStandIn(weights), version)
+        sync = sender.send(StateDictSource(weights), version)
     finally:
         sender.close()
     assert sync.verified is True and sync.mismatched == [] and sync.checked() is sync
@@ -117,7 +104,7 @@ def test_a_tensor_damaged_in_transit_fails_the_sync_naming_it(engine, transport,
     damage_next_syncs(monkeypatch, 1)
     sender = make_transport(transport, engines=list(roles.agents.actors.values()), rank=0, bucket_mb=1)
     try:
-        sync = sender.send(StateDictSourceStandIn(weights), _version(roles) + 1)
+        sync = sender.send(StateDictSource(weights), _version(roles) + 1)
     finally:
         sender.close()
     assert sync.verified is False
