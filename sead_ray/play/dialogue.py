@@ -117,6 +117,11 @@ class Trajectory:
         return agenda_gain([{"user_heard": t.user_heard, "scripted": t.scripted} for t in self.turns])
 
     @property
+    def policy_chars(self) -> int:
+        """What the policy wrote in the call (its raw text, in characters)."""
+        return sum(len(t.agent_raw) for t in self.policy_turns)
+
+    @property
     def policy_versions(self) -> list[int]:
         return sorted({t.policy_version for t in self.policy_turns})
 

@@ -144,6 +144,8 @@ class SelfEvolutionLoop:
         if dialogues.rollout.errors:
             log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
                         iteration, dialogues.rollout.errors)
+        if self.saving is not None and not self.saving.done():
+            log.info("iter %d: the GRPO step waits for the checkpoint being written", iteration)
         await self.saved()   # the trainer's weights are the checkpoint's until it is written
         self.weights_ahead = True
         return {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
@@ -364,7 +366,7 @@ class SelfEvolutionLoop:
             prefix = ROLES[role].metric_prefix
             extra.update({f"{prefix}reward_mean": sum(learned.rewards) / max(1, len(learned.rewards)),
                           f"{prefix}policy_version": learned.policy_version, f"{prefix}sync_s": learned.sync.total_s,
-                          f"{prefix}sync_mb": learned.sync.mb,
+                          f"{prefix}sync_mb": learned.sync.mb, f"{prefix}sync_verified": learned.sync.verified,
                           **{f"{prefix}train_{k}": v for k, v in learned.step.to_json().items()}})
         row = await self.system.record_iteration(iteration, "train", dialogues.records, extra, curriculum)
         step = learning["agent"].step

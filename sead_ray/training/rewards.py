@@ -3,7 +3,8 @@
 A reward reads the call's outcome (anything with `success` and `agent_parse_failures`: a play.dialogue
 Trajectory, or a call the viewer summarises) and the train settings. `outcome` is the paper's binary reward;
 `milestones` adds a potential-based bonus over the rule user's own agenda (issue 36, off by default;
-sead_ray.scenario.turn_protocol.agenda_gain).
+sead_ray.scenario.turn_protocol.agenda_gain). `planted_brevity` is for smoke runs only: a preference planted so that
+the first GRPO step must change the weights.
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ class CallOutcome(Protocol):
 
     @property
     def agenda_gain(self) -> Optional[float]: ...   # turn_protocol.agenda_gain() of its turns (None: no rule user's agenda)
+
+    @property
+    def policy_chars(self) -> Optional[int]: ...   # the policy's raw text in the call, in characters (None: not recorded)
 
 
 Reward = Callable[[CallOutcome, Any], float]   # (call, cfg.train) -> the agent's reward
@@ -50,3 +54,16 @@ def milestones_reward(call: CallOutcome, train: Any) -> float:
         raise ValueError("train.reward = milestones reads the rule user's agenda, which this call's turns do not "
                          "carry: use user.backend = rule, or train.reward = outcome")
     return outcome_reward(call, train) + train.milestone_weight * train.success_reward * gain
+
+
+@REWARDS.register("planted_brevity")
+def planted_brevity_reward(call: CallOutcome, train: Any) -> float:
+    """Smoke runs only (configs/smoke_*.yaml), never to learn service: minus the characters the policy wrote in the
+    call / 1000. Sampled calls differ in what they say whatever their outcome (in characters even when every turn
+    runs to max_tokens), so a group's advantages are not all 0 and the first GRPO step must change the weights: what
+    proves a weight path (benchmarks/smoke_check.py) with an agent that wins nothing yet."""
+    chars = call.policy_chars
+    if chars is None:
+        raise ValueError("train.reward = planted_brevity reads the text the policy wrote, which this call does not "
+                         "record")
+    return -chars / 1000.0

@@ -26,6 +26,7 @@ class CallSummary(NamedTuple):
     tokens: Optional[int]
     format_failures: int
     agenda_gain: Optional[float] = None   # what the milestones reward reads (turn_protocol.agenda_gain)
+    policy_chars: Optional[int] = None    # what the planted_brevity reward reads: the policy's raw text, in characters
 
     def to_json(self) -> dict:
         return {**self._asdict(), "behaviors": list(self.behaviors)}
@@ -37,6 +38,7 @@ class CallSummary(NamedTuple):
     @property
     def agent_parse_failures(self) -> int:
         return self.format_failures
+
 
 
 def _text(value: Any) -> Optional[str]:
@@ -77,7 +79,9 @@ def summarizer(names: tuple[str, ...]):
                            _text(record.get("outcome")), _text(record.get("end_reason")),
                            record.get("end_reason") == "error" or bool(record.get("error")), len(turns),
                            tokens if isinstance(tokens, int) else None, failures,
-                           agenda_gain([t for t in turns if isinstance(t, dict)]))
+                           agenda_gain([t for t in turns if isinstance(t, dict)]),
+                           sum(len(t.get("agent_raw") or "") for t in turns if isinstance(t, dict)
+                               and not t.get("scripted")))
     return summarize
 
 

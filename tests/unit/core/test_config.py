@@ -28,8 +28,9 @@ def test_gpu_first_run_settings():
     for the trainer group and the smoke run shows vLLM's INFO lines (its KV cache and CUDA graphs' memory)."""
     cfg = load_config(EMBEDDED_CONFIG)
     assert (cfg.engine.log_level, cfg.trainer.start_timeout_s) == ("ERROR", 900.0)
-    smoke = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_2gpu.yaml")
-    assert (smoke.engine.log_level, smoke.trainer.start_timeout_s) == ("INFO", 1800.0)
+    for smoke_config in ("smoke_qwen2.5_0.5b_2gpu.yaml", "smoke_qwen2.5_0.5b_4gpu.yaml"):
+        smoke = load_config(ROOT / "configs" / smoke_config)
+        assert (smoke.engine.log_level, smoke.trainer.start_timeout_s) == ("INFO", 1800.0)
     assert load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml").trainer.start_timeout_s == 1800.0
 
 

@@ -137,9 +137,22 @@ def test_smoke_config_is_two_gpus_and_fits():
     cfg = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_2gpu.yaml")
     gpus = cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.agent.engines * cfg.placement.agent.gpus
     assert gpus == 2 and cfg.user.backend == "rule" and cfg.placement.user.gpus == 0
-    assert cfg.weight_sync.transport == "nccl" and cfg.trainer.backend == "nccl" and cfg.train.iterations == 1
+    assert cfg.weight_sync.transport == "nccl" and cfg.trainer.backend == "nccl"
+    # two iterations under the planted preference: the first step must change the weights (issue 37)
+    assert cfg.train.iterations == 2 and cfg.train.reward == "planted_brevity" and cfg.weight_sync.verify == "every"
     shape = KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"]
     assert fit_problems(plan_roles(cfg, shape, None, A100_80), cfg, shape, A100_80) == []
+
+
+def test_four_gpu_smoke_adds_zero3_ranks_offload_and_a_gpu_simulator_and_fits():
+    cfg = load_config(ROOT / "configs" / "smoke_qwen2.5_0.5b_4gpu.yaml")
+    gpus = (cfg.trainer.num_workers * cfg.placement.trainer.gpus + cfg.agent.engines * cfg.placement.agent.gpus
+            + cfg.user.engines * cfg.placement.user.gpus)
+    assert gpus == 4 and (cfg.trainer.num_workers, cfg.trainer.zero_stage, cfg.trainer.offload_optimizer) == (2, 3, True)
+    assert cfg.user.backend == "vllm" and cfg.placement.user.gpus == 1
+    assert (cfg.train.iterations, cfg.train.reward, cfg.weight_sync.transport) == (2, "planted_brevity", "nccl")
+    shape = KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"]
+    assert fit_problems(plan_roles(cfg, shape, shape, A100_80), cfg, shape, A100_80) == []
 
 
 def test_deepspeed_buffers_are_bounded_and_the_plan_counts_the_same_numbers():
