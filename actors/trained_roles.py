@@ -244,6 +244,17 @@ class TrainingSystem:
         """Each trained model's checkpoint, in its role's folder of `directory` (core.roles)."""
         return sum(t.trainer.save(ROLES[name].checkpoint(directory)) for name, t in self.trained.items())
 
+    def move_checkpoint(self, staged: Path, directory: Path) -> None:
+        """A checkpoint staged on the trainer's node(s) (train.checkpoint_staging_dir), copied into the run directory
+        from each node a rank wrote on, then removed from staging there."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from sead_ray.training.checkpoint import copy_staged
+        nodes = sorted({ready.node_id for role in self.trained.values() for ready in role.trainer.ready})
+        copy = ray.remote(num_cpus=0)(copy_staged)
+        ray.get([copy.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                 .remote(str(staged), str(directory)) for node in nodes])
+
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict:
         timeout = self.roles.cfg.ray.call_timeout_s

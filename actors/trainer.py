@@ -110,7 +110,8 @@ class _Worker:
             local, total = sum(p.ds_tensor.numel() for p in params), sum(p.ds_numel for p in params)
         else:
             local = total = sum(p.numel() for p in params)
-        return WorkerReady(self.rank, self.settings.zero_stage, int(local), int(total), os.getpid())
+        return WorkerReady(self.rank, self.settings.zero_stage, int(local), int(total), os.getpid(),
+                           ray.get_runtime_context().get_node_id())
 
     def _logprob_fn(self, engine: Any, temperature: Optional[float] = None):
         """Logprobs as the rollouts sampled them (the training temperature) unless `temperature` is given."""

@@ -153,7 +153,10 @@ def finished_run(tmp_path_factory, prometheus) -> FinishedRun:
     service discovery), and Ray's workers reporting every second (default 10 s) so that a short run is scraped."""
     work = tmp_path_factory.mktemp("finished")
     env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
-    proc = subprocess.run([*train_command("--config", EMBEDDED_CONFIG, "--out", "run"), "--set", "ray.dashboard=true"],
+    # its checkpoints staged on "node-local" disk first (train.checkpoint_staging_dir), then copied into the run by a
+    # Ray task on the trainer's node; the killed run of test_resume.py writes straight into its run and must match
+    proc = subprocess.run([*train_command("--config", EMBEDDED_CONFIG, "--out", "run"), "--set", "ray.dashboard=true",
+                           "--set", f"train.checkpoint_staging_dir={work / 'staging'}"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return FinishedRun(work / "run", proc.stdout, prometheus)

@@ -100,6 +100,10 @@ class TrainConfig:
     keep_checkpoints: int = option(2, 0, 100000, "newest checkpoints kept on disk (0 = all)")
     checkpoint_in_background: bool = option(True, doc="write each checkpoint while the next iteration's calls play (its "
                                             "GRPO step waits for it; at most one in flight; a stop waits for it)")
+    checkpoint_staging_dir: str = option("", doc="a node-local folder (fast disk) where the trainer writes each "
+                                         "checkpoint first; it is then copied into the run directory from the "
+                                         "trainer's node(s) while the run goes on (the GRPO step waits only for the "
+                                         "local write). Empty: written straight into the run directory")
     stop_save_max_s: float = option(300.0, 0.0, 86400.0, "a stop (Ctrl-C, SIGTERM, ray job stop) checkpoints the "
                                     "last completed iteration only if the run's last save took at most this long; "
                                     "else the last checkpoint stands (a 14B model's ZeRO-3 state on a network "

@@ -78,16 +78,27 @@ def load_train_state(checkpoint: Path) -> TrainState:
     return TrainState.from_json(json.loads((checkpoint / "state.json").read_text()))
 
 
-def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: TrainState, keep: int = 0) -> Path:
-    """`save_weights(directory)` writes hf/ and deepspeed/; then state.json, then `latest` moves to the
-    new folder, then all but the newest `keep` checkpoints go (0 keeps every one)."""
+def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: TrainState, keep: int = 0,
+                    staging: Optional[Path] = None, move: Optional[Callable[[Path, Path], None]] = None,
+                    weights_written: Callable[[], None] = lambda: None) -> Path:
+    """`save_weights(directory)` writes hf/ and deepspeed/ (with `staging`: into a folder of it, node-local, and
+    `move(staged, directory)` copies them into the run); then state.json, then `latest` moves to the new folder,
+    then all but the newest `keep` checkpoints go (0 keeps every one). `weights_written()` is called once
+    `save_weights` returned: the trainer is free again while the copy goes on."""
     directory = checkpoints_dir(run_dir) / f"iter_{state.iteration:04d}"
+    written = Path(staging) / Path(run_dir).name / directory.name if staging else directory
     t0 = time.perf_counter()
     try:
-        save_weights(directory)
+        try:
+            save_weights(written)
+        finally:
+            weights_written()
+        if written != directory:
+            move(written, directory)
         write_json(directory / "state.json", asdict(state))
     except Exception as exc:   # e.g. a full disk: give the space of the partial folder back, keep `latest`
         shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(written, ignore_errors=True)   # a staged folder on this node (one elsewhere stays there)
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         free_mb = shutil.disk_usage(checkpoints_dir(run_dir)).free / 2**20
         previous = latest_checkpoint(run_dir)
@@ -103,6 +114,12 @@ def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: T
     if keep > 0:
         prune_checkpoints(run_dir, keep)
     return directory
+
+
+def copy_staged(staged: str, directory: str) -> None:
+    """On a node the trainer wrote a staged checkpoint on: its files into the run's folder, then out of staging."""
+    shutil.copytree(staged, directory, dirs_exist_ok=True)
+    shutil.rmtree(staged, ignore_errors=True)
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:

@@ -57,6 +57,7 @@ class LoopSystem(Protocol):
                         reset_optimizer_after: bool = False) -> StepMetrics: ...
     async def publish(self, role: str = "agent") -> SyncResult: ...   # the version the role's last step made
     def save_weights(self, directory: Path) -> Any: ...
+    def move_checkpoint(self, staged: Path, directory: Path) -> None: ...   # train.checkpoint_staging_dir
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict: ...
 
@@ -121,6 +122,7 @@ class SelfEvolutionLoop:
         self.saved_iteration = start.iteration if saved else 0
         self.last_save_s: Optional[float] = None   # how long the run's last checkpoint took to write
         self.saving: Optional[asyncio.Task] = None  # the checkpoint being written (at most one at a time)
+        self.trainer_saving: Optional[asyncio.Future] = None   # done once the trainer's part of it is written
         self.stop_requested = False
         self.weights_ahead = False     # the trainer stepped in an iteration that has not completed yet
 
@@ -144,9 +146,9 @@ class SelfEvolutionLoop:
         if dialogues.rollout.errors:
             log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
                         iteration, dialogues.rollout.errors)
-        if self.saving is not None and not self.saving.done():
-            log.info("iter %d: the GRPO step waits for the checkpoint being written", iteration)
-        await self.saved()   # the trainer's weights are the checkpoint's until it is written
+        if self.trainer_saving is not None and not self.trainer_saving.done():
+            log.info("iter %d: the GRPO step waits for the trainer to write the checkpoint", iteration)
+            await self.trainer_saving   # the trainer's weights are the checkpoint's until it wrote them
         self.weights_ahead = True
         return {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
 
@@ -325,12 +327,15 @@ class SelfEvolutionLoop:
                         "= %.0f); a resume continues after iteration %d", self.done.iteration, self.last_save_s, limit,
                         self.saved_iteration)
             return
-        state = self.done
+        state, loop, staging = self.done, asyncio.get_running_loop(), self.cfg.train.checkpoint_staging_dir
+        trainer_saving = self.trainer_saving = loop.create_future()
 
         async def write() -> None:
             t0 = time.perf_counter()
             await asyncio.to_thread(save_checkpoint, self.system.save_weights, self.run_dir, state,
-                                    self.cfg.train.keep_checkpoints)
+                                    self.cfg.train.keep_checkpoints, Path(staging) if staging else None,
+                                    self.system.move_checkpoint if staging else None,
+                                    lambda: loop.call_soon_threadsafe(trainer_saving.set_result, None))
             self.saved_iteration, self.last_save_s = state.iteration, time.perf_counter() - t0
         self.saving = asyncio.ensure_future(write())
         if wait or not self.cfg.train.checkpoint_in_background:

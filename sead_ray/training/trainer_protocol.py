@@ -174,6 +174,7 @@ class WorkerReady:
     local_params: int             # parameter elements this rank holds (ZeRO-3 partitions them)
     total_params: int
     pid: int = 0                  # the worker's process (fault-injection tests kill it)
+    node_id: str = ""             # its Ray node (a staged checkpoint is copied from there)
 
 
 @dataclass

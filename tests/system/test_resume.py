@@ -58,3 +58,9 @@ def test_killed_run_resumes_exactly(finished_run, tmp_path):
     ckpt = (killed / "checkpoints" / "latest").resolve()
     assert ckpt.name == "iter_0004" and (ckpt / "hf" / "config.json").exists()
     assert (ckpt / "deepspeed").is_dir() and (full / "checkpoints" / "iter_0001" / "hf" / "config.json").exists()
+    # the finished run staged each checkpoint (train.checkpoint_staging_dir): all four complete in the run, with their
+    # DeepSpeed state, and nothing left in staging
+    staged = sorted((full / "checkpoints").glob("iter_*"))
+    assert [p.name for p in staged] == [f"iter_{i:04d}" for i in range(1, 5)]
+    assert all((p / "state.json").exists() and (p / "deepspeed").is_dir() for p in staged)
+    assert list((full.parent / "staging" / "run").iterdir()) == []

@@ -276,6 +276,16 @@ class SlowWriterSystem(FakeLoopSystem):
         self.events.append(("step", self.version + 1))
         return await super().grpo_step(samples, role, lr, reset_optimizer_after)
 
+    def move_checkpoint(self, staged, directory):
+        """train.checkpoint_staging_dir: the copy into the run, as slow as the write."""
+        import time
+
+        from sead_ray.training.checkpoint import copy_staged
+        self.events.append(("copy starts", directory.name))
+        time.sleep(self.save_s)
+        copy_staged(str(staged), str(directory))
+        self.events.append(("copy ends", directory.name))
+
 
 def _slow_writer_run(scenario, tokenizer, out, *overrides, stop_during_save=None):
     cfg = tiny_config("train.batch_size=2", "train.iterations=3", *overrides)
@@ -306,6 +316,25 @@ def test_a_checkpoint_is_written_while_the_next_iteration_plays_and_its_step_wai
     serial, _ = _slow_writer_run(scenario, smollm_tokenizer, tmp_path / "serial", "train.checkpoint_in_background=false")
     write = serial.events.index(("save starts", "iter_0001")), serial.events.index(("save ends", "iter_0001"))
     assert ("call", "it0002") not in serial.events[write[0]:write[1]]   # the switch: one thing at a time
+
+
+def test_a_staged_checkpoint_frees_the_trainer_before_its_copy_into_the_run_ends(scenario, smollm_tokenizer,
+                                                                                  tmp_path):
+    """train.checkpoint_staging_dir: the trainer writes the checkpoint there (node-local) and the next GRPO step
+    waits only for that; the copy into the run goes on beside it, and `latest` moves once the copy is complete."""
+    staging = tmp_path / "local_disk"
+    system, stopped = _slow_writer_run(scenario, smollm_tokenizer, tmp_path / "run",
+                                       f"train.checkpoint_staging_dir={staging}")
+    events = system.events
+    assert not stopped
+    written, copied = events.index(("save ends", "iter_0001")), events.index(("copy ends", "iter_0001"))
+    assert written < events.index(("step", 2)) < copied   # the step did not wait for the copy
+    assert events.index(("save starts", "iter_0002")) > copied   # at most one checkpoint in flight
+    kept = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("iter_*"))
+    assert kept == ["iter_0002", "iter_0003"] and all(
+        (tmp_path / "run" / "checkpoints" / name / "state.json").exists() for name in kept)
+    assert json.loads((tmp_path / "run" / "checkpoints" / "latest" / "state.json").read_text())["iteration"] == 3
+    assert list((staging / "run").iterdir()) == []   # each staged copy removed once in the run
 
 
 def test_a_stop_during_a_save_ends_with_complete_checkpoints(scenario, smollm_tokenizer, tmp_path):
