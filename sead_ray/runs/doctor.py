@@ -122,11 +122,11 @@ def checkpoints_on_disk(cfg: Any) -> int:
     return cfg.train.iterations // every + 1 + warm_start
 
 
-def run_disk_bytes(cfg: Any, trained_params: int) -> float:
-    """Bytes of the run's checkpoints at their fullest (HF weights + DeepSpeed state of the trained models)."""
-    from sead_ray.ops.memory_plan import DTYPE_BYTES, OPTIMIZER_STATE_BYTES
-    one = (2 * DTYPE_BYTES[cfg.models.dtype] + OPTIMIZER_STATE_BYTES) * trained_params
-    return one * checkpoints_on_disk(cfg)
+def run_disk_bytes(cfg: Any, trained: list) -> float:
+    """Bytes of the run's checkpoints at their fullest: `sead-ray plan`'s checkpoint (HF weights + DeepSpeed state) of
+    each trained model (memory_plan.ModelShape), times the checkpoints on disk at once."""
+    from sead_ray.ops.memory_plan import checkpoint_bytes
+    return sum(sum(checkpoint_bytes(cfg, model)) for model in trained) * checkpoints_on_disk(cfg)
 
 
 def gpus_asked(cfg: Any) -> dict[str, float]:
@@ -207,9 +207,8 @@ class Doctor:
         if blind:
             raise PartFailed(f"output_dir {self.work_dir.parent} is not visible on node(s) {', '.join(blind)}",
                              "put output_dir on a filesystem every node mounts at the same path (cluster.yaml: /shared)")
-        params = sum(reference_shape(self.paths.get(role, self.cfg.models.agent)).params
-                     for role in trained_roles(self.cfg))
-        need, free = run_disk_bytes(self.cfg, params), shutil.disk_usage(self.work_dir).free
+        trained = [reference_shape(self.paths.get(role, self.cfg.models.agent)) for role in trained_roles(self.cfg)]
+        need, free = run_disk_bytes(self.cfg, trained), shutil.disk_usage(self.work_dir).free
         where = self.work_dir.parent
         if free < need:
             raise PartFailed(f"{where} has {free / GIB:.1f} GiB free; the run's {checkpoints_on_disk(self.cfg)} "
