@@ -26,7 +26,7 @@ from typing import Any, Optional, Protocol
 from actors.weights.files import SharedWeightFile, discard, tensor_nbytes, write_private_weights
 from sead_ray.core.transports import WEIGHT_TRANSPORTS
 from sead_ray.training.trainer_protocol import SyncResult, WeightSyncFailed
-from sead_ray.training.weight_digest import DigestedSource, verification, verify_this_sync
+from sead_ray.training.weight_digest import DigestedSource, SyncChecks, verification
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class _FileTransport:
 
     def __init__(self, engines: list, rank: int, bucket_mb: int, workers_per_engine: int = 1, verify: str = "every"):
         self.engines, self.rank, self.bucket_mb = engines, rank, bucket_mb
-        self.verify, self.proven = verify, False   # proven: a sync to these engines arrived intact
+        self.checks = SyncChecks(verify)
 
     def close(self) -> None:
         """Nothing is held between versions."""
@@ -96,15 +96,14 @@ class _FileTransport:
             for _ in source:
                 pass
             return None
-        verify = verify_this_sync(self.verify, self.proven)
+        verify = self.checks.this_sync()
         sent = DigestedSource(source, verify)
         handle = self.publish(sent, version)
         published = time.perf_counter() - t0
         applied = ray.get([engine.apply_weights.remote(handle, verify) for engine in self.engines])
-        result = SyncResult(version, handle.nbytes / 2**20, published, max(a["apply_s"] for a in applied),
-                            time.perf_counter() - t0, **verification(sent.recorder, [a["received"] for a in applied]))
-        self.proven = self.proven or result.verified is True
-        return result
+        return self.checks.seen(SyncResult(version, handle.nbytes / 2**20, published, max(a["apply_s"] for a in applied),
+                                           time.perf_counter() - t0,
+                                           **verification(sent.recorder, [a["received"] for a in applied])))
 
 
 class ShmTransport(_FileTransport):
@@ -248,13 +247,13 @@ class VllmApiTransport:
                  timeout_s: float = 600.0, verify: str = "every"):
         self.client = EnginePoolClient(engines, workers_per_engine)
         self.rank, self.bucket_mb, self.backend, self.timeout_s = rank, bucket_mb, backend, timeout_s
-        self.verify, self.proven = verify, False   # proven: a sync to these engines arrived intact
+        self.checks = SyncChecks(verify)
         self.engine = None
         self.source = _Relay()
 
     def send(self, source: WeightSource, version: int) -> Optional[SyncResult]:
         t0 = time.perf_counter()
-        self.client.digest = verify_this_sync(self.verify, self.proven)
+        self.client.digest = self.checks.this_sync()
         sent = DigestedSource(source, self.client.digest and self.rank == 0)
         self.source.current, self.source.active, self.client.version = sent, None, version
         try:
@@ -277,10 +276,8 @@ class VllmApiTransport:
             return None
         nbytes = sum(tensor_nbytes(m.dtype, m.shape) for m in source.metadata())
         # gathering and sending are one stream here: no separate publish time
-        result = SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0,
-                            **verification(sent.recorder, self.client.received))
-        self.proven = self.proven or result.verified is True
-        return result
+        return self.checks.seen(SyncResult(version, nbytes / 2**20, None, self.client.apply_s, time.perf_counter() - t0,
+                                           **verification(sent.recorder, self.client.received)))
 
     def close(self) -> None:
         """Release the trainer side of the group (the engines re-initialise theirs on the next send)."""

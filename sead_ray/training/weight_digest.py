@@ -90,13 +90,24 @@ class DigestedSource:
             yield name, tensor
 
 
-def verify_this_sync(mode: str, proven: bool) -> bool:
-    """Whether a transport verifies its next sync: `every` one; `first`: until one sync to its engines was seen
-    to arrive intact (`proven`; a transport is built anew for a changed list of engines, so a replacement's first
-    sync is checked, and so is the sync again after a mismatch); `off`: none."""
-    if mode not in VERIFY_MODES:
-        raise ValueError(f"weight_sync.verify = {mode!r} (one of {', '.join(VERIFY_MODES)})")
-    return mode == "every" or (mode == "first" and not proven)
+class SyncChecks:
+    """Which syncs of one transport compare digests (weight_sync.verify): `every` one; `first`: until one sync to its
+    engines was seen to arrive intact (a transport is built anew for a changed list of engines, so a replacement's
+    first sync is checked, and so is the sync again after a mismatch); `off`: none."""
+
+    def __init__(self, mode: str):
+        if mode not in VERIFY_MODES:
+            raise ValueError(f"weight_sync.verify = {mode!r} (one of {', '.join(VERIFY_MODES)})")
+        self.mode, self.proven = mode, False   # proven: a sync to these engines arrived intact
+
+    def this_sync(self) -> bool:
+        """Whether the next sync is checked."""
+        return self.mode == "every" or (self.mode == "first" and not self.proven)
+
+    def seen(self, result: Any) -> Any:
+        """A sync's SyncResult, noted (its `verified`) and handed back."""
+        self.proven = self.proven or result.verified is True
+        return result
 
 
 def _close(a: float, b: float, tolerance: float) -> bool:

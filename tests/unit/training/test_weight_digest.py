@@ -11,12 +11,12 @@ from sead_ray.training.trainer_protocol import SyncResult, WeightSyncFailed
 from sead_ray.training.weight_digest import (
     DigestedSource,
     DigestRecorder,
+    SyncChecks,
     TensorDigest,
     compare_digests,
     digest_summary,
     tensor_digest,
     verification,
-    verify_this_sync,
 )
 
 
@@ -142,12 +142,22 @@ def test_a_result_with_a_mismatch_fails_naming_the_tensor():
     ("every", False, True), ("every", True, True), ("first", False, True), ("first", True, False),
     ("off", False, False), ("off", True, False)])
 def test_the_verify_modes_choose_the_syncs_checked(mode, proven, verify):
-    assert verify_this_sync(mode, proven) is verify
+    checks = SyncChecks(mode)
+    if proven:   # a sync to these engines was seen to arrive intact
+        assert checks.seen(SyncResult(1, 1.0, None, 0.1, 0.2, verified=True)).verified is True
+    assert checks.this_sync() is verify
+
+
+def test_first_checks_again_after_a_mismatch_or_an_unchecked_sync():
+    checks = SyncChecks("first")
+    checks.seen(SyncResult(1, 1.0, None, 0.1, 0.2, verified=False))
+    checks.seen(SyncResult(2, 1.0, None, 0.1, 0.2))
+    assert checks.this_sync() is True
 
 
 def test_an_unknown_verify_mode_is_refused():
     with pytest.raises(ValueError, match="weight_sync.verify = 'sometimes'"):
-        verify_this_sync("sometimes", False)
+        SyncChecks("sometimes")
 
 
 def test_the_config_key_defaults_to_every_and_refuses_other_values():
