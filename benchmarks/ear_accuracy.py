@@ -28,15 +28,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", action="append", help="scenario file(s) with an .ear_lines.yaml beside them")
     p.add_argument("--ears", default="lexicon,semantic")
+    p.add_argument("--lines-dir", default=None,
+                   help="read SCENARIO.ear_lines.yaml from this folder instead of beside the scenario (a second set)")
     p.add_argument("--misses", action="store_true", help="print every line an ear got wrong")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     out: dict = {}
     for path in args.scenario or SCENARIOS:
         scenario = load_scenario(str(ROOT / path) if not Path(path).is_absolute() else path)
-        lines = load_ear_lines(scenario.source, len(scenario.facts))
+        lines = load_ear_lines(scenario.source, len(scenario.facts), args.lines_dir)
         if lines is None:
-            print(f"{path}: no {ear_lines_path(scenario.source).name} beside it", file=sys.stderr)
+            print(f"{path}: no {ear_lines_path(scenario.source).name} in {args.lines_dir or 'its folder'}",
+                  file=sys.stderr)
             return 2
         labelled = lines.labelled()
         tables, cost = {}, {}

@@ -53,10 +53,11 @@ def ear_lines_path(scenario_source: str) -> Path:
     return path.with_name(path.name.removesuffix(".yaml") + ".ear_lines.yaml")
 
 
-def load_ear_lines(scenario_source: str, n_facts: int) -> Optional[EarLines]:
-    """The lines beside the scenario file, or None when it has none (ConfigError when they do not load). Read once
-    per version of the file (every scripted call of the battery asks)."""
+def load_ear_lines(scenario_source: str, n_facts: int, folder: Optional[str] = None) -> Optional[EarLines]:
+    """The lines beside the scenario file (or in `folder`, under the same name), or None when there are none
+    (ConfigError when they do not load). Read once per version of the file (every scripted call of the battery asks)."""
     path = ear_lines_path(scenario_source)
+    path = Path(folder) / path.name if folder else path
     if not path.exists():
         return None
     key = (str(path), path.stat().st_mtime_ns, n_facts)

@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from sead_ray.scenario.lexicon import (
     NEGATIONS,
@@ -39,6 +39,7 @@ from sead_ray.scenario.lexicon import (
     sentences_of,
     tokens,
 )
+from sead_ray.user.ear_probe import KINDS, fit_probe, generic_sentences
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,9 @@ class EarSettings:
     flag: float = 0.6           # nearest to a pressure / credential / payment prototype: that red flag
     role: float = 0.5           # identity, offer, ask, reassurance, small talk
     expected: float = 0.35      # a fact the user just asked about: heard at this similarity (if nothing else is)
+    probe: float = 0.6          # the kind probe (ear_probe.py) this sure of a red flag: that red flag
+    probe_own_weight: float = 4.0   # the scenario's sentences weigh this much more than generic ones in the probe
+    probe_off_topic: float = 0.6   # ... in a sentence and clause below this similarity to every fact (else facts decide)
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,20 @@ class ClauseVerdict:
     def to_json(self) -> dict:
         return {"clause": self.clause, "verdict": self.verdict, "nearest": self.prototype,
                 "similarity": round(self.similarity, 3), **({"vetoed_by": self.vetoed_by} if self.vetoed_by else {})}
+
+
+CALM = frozenset("rush hurry deadline pressure obligation catch commitment".split())   # "no rush": not pressure
+
+
+class SentenceKind(NamedTuple):
+    label: str          # the red flag the kind probe heard in a sentence
+    probability: float
+    denied: str         # why a negation says it is not one ('' when none does)
+
+
+def _on_topic(best: dict[tuple[str, int], float]) -> float:
+    """How close a clause or sentence is to the nearest fact (its true claims)."""
+    return max((v for (label, _), v in best.items() if label == "fact"), default=-1.0)
 
 
 class SentenceEmbedder:
@@ -239,6 +257,16 @@ def prototypes_of(spec: Any, facts: Sequence[str]) -> list[Prototype]:
     return out
 
 
+def probe_examples(prototypes: Sequence[Prototype]) -> tuple[list[tuple[str, str]], int]:
+    """What the kind probe learns from: the shipped generic sentences, and the scenario's prototypes (its facts,
+    who calls, the offer and the ask as ordinary sentences; pressure, requests, reassurance and small talk as
+    themselves). Lies are left out: a lie is a statement, but often one that asks for money."""
+    kinds = {"fact": "ordinary", "identity": "ordinary", "offer": "ordinary", "ask": "ordinary"}
+    own = list(dict.fromkeys((p.text, kinds.get(p.label, p.label)) for p in prototypes if p.label != "lie"))
+    generic = [e for e in generic_sentences() if e not in own]
+    return [*generic, *own], len(own)
+
+
 class SemanticEar:
     """Hears one agent turn: the lexicon's reading, corrected by the model clause by clause (`hear`)."""
 
@@ -248,6 +276,8 @@ class SemanticEar:
         self.embedder = embedder or SentenceEmbedder.shared()
         self.prototypes = prototypes_of(spec, facts)
         self.matrix = self.embedder.embed([p.text for p in self.prototypes])
+        examples, own = probe_examples(self.prototypes)
+        self.probe = fit_probe(self.embedder, examples, own, settings.probe_own_weight)
         self.memo: dict[tuple[str, frozenset[int]], tuple[TurnReading, tuple[ClauseVerdict, ...]]] = {}
 
     def problems(self, facts: Sequence[str]) -> list[str]:
@@ -305,13 +335,23 @@ class SemanticEar:
         clauses = [c for sentence in sentences for c in clauses_of_sentence(sentence)]
         if not clauses:
             return replace(lexical, heard_facts=frozenset()), ()
+        # the probe reads whole sentences: a clause alone loses what frames it ("no rush at all; take your time")
+        sentence_kinds = [None if _on_topic(best) >= self.settings.probe_off_topic else kind
+                          for kind, (_, _, best) in zip(self.kinds(sentences), self.nearest(sentences))]
+        kinds = [kind for sentence, kind in zip(sentences, sentence_kinds) for _ in clauses_of_sentence(sentence)]
         heard, lies = set(), set(lexical.contradicted)
         flags: dict[str, list[str]] = {"pressure": [], "credentials": [], "payment": []}
         identifies, offers, asks = lexical.identifies, lexical.offers, lexical.asks
         verdicts = []
-        for clause, (proto, sim, best) in zip(clauses, self.nearest(clauses)):
+        for clause, (proto, sim, best), kind in zip(clauses, self.nearest(clauses), kinds):
             one = read_turn(clause.text, self.spec.lexicon)
             verdict, veto = self._judge_clause(clause, one, proto, sim, best)
+            if kind is not None and verdict not in FLAGS and not verdict.startswith(("lie", "states fact")) and \
+                    _on_topic(best) < self.settings.probe_off_topic:   # the probe's flag, unless a negation denies it
+                if kind.denied:
+                    veto = veto or f"{kind.denied} (the kind probe heard {kind.label}, {kind.probability:.2f})"
+                else:
+                    verdict, proto, sim = kind.label, Prototype(kind.label, -1, "(kind probe)"), kind.probability
             if verdict == "nothing" and (proto.label not in ANSWER_BLOCKERS or proto.label == "lie" and veto):
                 verdict, proto, sim = self._expected_answer(clause, one, best, expecting, proto, sim)
             if verdict.startswith("states fact"):
@@ -348,6 +388,30 @@ class SemanticEar:
                           identifies=identifies, offers=offers, asks=asks,
                           **{f: tuple(dict.fromkeys(v)) for f, v in flags.items()})
         return reading, tuple(verdicts)
+
+    def kinds(self, sentences: Sequence[Clause]) -> list[Optional[SentenceKind]]:
+        """Per sentence, the red flag the kind probe is sure enough of (settings.probe), and whether a negation denies
+        it: any negation for a request (pressure is often negated: "don't wait", "you can't miss this"), a negation
+        right before a word of calm for pressure ("no rush", "no deadline")."""
+        if not sentences:
+            return []
+        probs = self.probe.probabilities(self.embedder.embed([c.text for c in sentences]).float())
+        out: list[Optional[SentenceKind]] = []
+        for sentence, row in zip(sentences, probs.tolist()):
+            label = max(FLAGS, key=lambda f: row[KINDS.index(f)])
+            p = row[KINDS.index(label)]
+            if p < self.settings.probe:
+                out.append(None)
+                continue
+            words = sentence.words
+            if label == "pressure":
+                calm = [w for i, w in enumerate(words) if w in CALM and set(words[max(0, i - 2):i]) & NEGATIONS]
+                denied = f"a negation before {calm[0]!r}: no pressure" if calm else ""
+            else:
+                negation = set(words) & NEGATIONS
+                denied = f"a negation ({min(negation)!r}): no {label} request" if negation else ""
+            out.append(SentenceKind(label, p, denied))
+        return out
 
     def _expected_answer(self, clause: Clause, one: TurnReading, best: dict[tuple[str, int], float],
                          expecting: frozenset[int], proto: Prototype, sim: float) -> tuple[str, Prototype, float]:

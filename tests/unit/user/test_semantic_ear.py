@@ -5,13 +5,15 @@ import asyncio
 from dataclasses import replace
 
 import pytest
+import torch
 
 from sead_ray.evaluation.ear_accuracy import accuracy_table
 from sead_ray.scenario.ear_lines import load_ear_lines
 from sead_ray.scenario.scenario import load_scenario
+from sead_ray.user.ear_probe import fit_probe
 from sead_ray.user.ears import EARS, LexiconEar
 from sead_ray.user.rule_user import RuleUserSimulator
-from sead_ray.user.semantic_ear import SemanticEar
+from sead_ray.user.semantic_ear import EarSettings, SemanticEar
 from tests.conftest import ROOT
 from tests.unit.user.test_rule_user import ASK, COST, respond
 
@@ -104,3 +106,34 @@ def test_a_third_domain_gets_a_fair_user_with_its_facts_as_written():
     assert honest_wins("semantic", "soft") >= 0.9 and honest_wins("semantic", "hard") >= 0.9
     assert honest_wins("lexicon", "hard") < 0.9
 
+
+
+def test_the_kind_probe_hears_pressure_no_prototype_is_near_and_says_so(scenario, ear):
+    """A wording near no pressure prototype (the nearest-prototype reading alone hears nothing) is heard by the
+    probe trained on the shipped generic sentences; the record names the probe and its probability."""
+    line = "Frankly, anyone with sense would have said yes by now."
+    without_probe = SemanticEar(scenario.rule_user, scenario.facts, settings=EarSettings(probe=2.0))
+    assert not without_probe.hear(line)[0].pressure
+    reading, verdicts = ear.hear(line)
+    assert reading.pressure
+    assert any(v.prototype == "(kind probe)" and v.verdict == "pressure" and v.similarity >= EarSettings().probe
+               for v in verdicts)
+
+
+def test_a_negation_denies_what_the_probe_hears(ear):
+    """Calm is not pressure ("no rush"), a request denied is no request; pressure said with a negation still is."""
+    for calm in ("There's no rush at all, take all the time you need to think it over.",
+                 "There is no deadline, you can decide whenever suits you."):
+        assert not ear.hear(calm)[0].red_flag, calm
+    assert ear.hear("Don't overthink it, everyone on your street has already said yes.")[0].pressure
+
+
+def test_the_probe_is_fitted_the_same_in_every_process_and_once(scenario, ear):
+    from sead_ray.user import ear_probe
+    from sead_ray.user.semantic_ear import probe_examples
+    examples, own = probe_examples(ear.prototypes)
+    assert own and set(k for _, k in examples) == set(ear_probe.KINDS)
+    assert fit_probe(ear.embedder, examples, own) is ear.probe     # cached by the sentences
+    ear_probe._FITTED.clear()
+    again = fit_probe(ear.embedder, examples, own)
+    assert again is not ear.probe and torch.equal(again.weight, ear.probe.weight)
