@@ -1,5 +1,5 @@
-"""What kind of sentence a clause is, by a linear probe over its sentence embedding: pressure, a credential
-request, a payment request, reassurance, small talk, or an ordinary statement or question.
+"""What kind of sentence a caller's sentence is, by a linear probe over its sentence embedding: pressure, a
+credential request, a payment request, reassurance, small talk, or an ordinary statement or question.
 
 The nearest-prototype reading of the semantic ear (semantic_ear.py) needs a fresh wording to sit close to one
 sentence somebody wrote; pressure in particular comes in more shapes than a list holds ("I'd hate to see it
@@ -7,8 +7,9 @@ wasted", "everyone I called today said yes"). A probe learns the direction that 
 examples instead: multinomial logistic regression, class-balanced and L2-regularised, fitted at start on the
 generic sentences shipped in sead_ray/data/ear_sentences.yaml (many domains, none of the shipped scenarios') plus
 the scenario's own (its facts, claims, opening and ask as ordinary statements; its red flags). Full-batch L-BFGS
-from zeros: the same sentences give the same probe in every process. Fitting takes well under a second; the fitted
-weights are cached per process by the model and the sentences.
+from zeros: the same sentences give the same probe in every process. Embedding the ~550 sentences takes a few
+seconds on one thread and fitting under one, once per process: the fitted weights are cached by the model and the
+sentences.
 """
 from __future__ import annotations
 
