@@ -13,6 +13,7 @@ sentences.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,12 +25,13 @@ CORPUS_KEYS = {"benign": "ordinary", "pressure": "pressure", "credentials": "cre
                "reassurance": "reassurance", "small_talk": "small_talk"}
 
 
-def generic_sentences() -> list[tuple[str, str]]:
-    """(sentence, kind) for every sentence of the shipped corpus."""
+@functools.cache
+def generic_sentences() -> tuple[tuple[str, str], ...]:
+    """(sentence, kind) for every sentence of the shipped corpus (read once per process)."""
     import yaml
     text = resources.files("sead_ray.data").joinpath("ear_sentences.yaml").read_text(encoding="utf-8")
     corpus = yaml.safe_load(text)
-    return [(s, CORPUS_KEYS[key]) for key, sentences in corpus.items() for s in sentences]
+    return tuple((s, CORPUS_KEYS[key]) for key, sentences in corpus.items() for s in sentences)
 
 
 @dataclass(frozen=True)

@@ -262,8 +262,9 @@ class SemanticEar:
         if not clauses:
             return replace(lexical, heard_facts=frozenset()), ()
         # the probe reads whole sentences: a clause alone loses what frames it ("no rush at all; take your time")
+        sentence_near = self.nearest(sentences)
         sentence_kinds = [None if _on_topic(best) >= self.settings.probe_off_topic else kind
-                          for kind, (_, _, best) in zip(self.kinds(sentences), self.nearest(sentences))]
+                          for kind, (_, _, best) in zip(self.kinds(sentences), sentence_near)]
         kinds = [kind for sentence, kind in zip(sentences, sentence_kinds) for _ in clauses_of_sentence(sentence)]
         heard, lies = set(), set(lexical.contradicted)
         flags: dict[str, list[str]] = {"pressure": [], "credentials": [], "payment": []}
@@ -300,8 +301,9 @@ class SemanticEar:
                         flags[flag].append(words)
             verdicts.append(ClauseVerdict(clause.text, proto.label, proto.fact, sim, proto.text, verdict, veto))
         # a sentence of several clauses may state a fact that none of its clauses states alone
-        whole = [c for c in sentences if not c.question and len(clauses_of_sentence(c)) > 1]
-        for sentence, (proto, sim, best) in zip(whole, self.nearest(whole)):
+        for sentence, (proto, sim, best) in zip(sentences, sentence_near):
+            if sentence.question or len(clauses_of_sentence(sentence)) < 2:
+                continue
             if proto.label == "fact" and proto.fact not in lies:
                 verdict, veto = self._judge_clause(sentence, read_turn(sentence.text, self.spec.lexicon), proto, sim,
                                                    best)

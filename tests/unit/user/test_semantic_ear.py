@@ -107,7 +107,6 @@ def test_a_third_domain_gets_a_fair_user_with_its_facts_as_written():
     assert honest_wins("lexicon", "hard") < 0.9
 
 
-
 def test_the_kind_probe_hears_pressure_no_prototype_is_near_and_says_so(scenario, ear):
     """A wording near no pressure prototype (the nearest-prototype reading alone hears nothing) is heard by the
     probe trained on the shipped generic sentences; the record names the probe and its probability."""
