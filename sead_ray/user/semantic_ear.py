@@ -101,6 +101,18 @@ class SentenceKind(NamedTuple):
     denied: str         # why a negation says it is not one ('' when none does)
 
 
+def denial(flag: str, sentence: Clause) -> str:
+    """Why a negation in the sentence says it is not the red flag `flag` ('' when none does): any negation for a
+    request ("if anyone texts you a code, don't share it"), a negation right before a word of calm for pressure
+    ("no rush", "there's no deadline"; pressure is often negated: "don't wait", "you can't miss this")."""
+    words = sentence.words
+    if flag == "pressure":
+        calm = [w for i, w in enumerate(words) if w in CALM and set(words[max(0, i - 2):i]) & NEGATIONS]
+        return f"a negation before {calm[0]!r}: no pressure" if calm else ""
+    negation = set(words) & NEGATIONS
+    return f"a negation ({min(negation)!r}): no {flag} request" if negation else ""
+
+
 def _on_topic(best: dict[tuple[str, int], float]) -> float:
     """How close a clause or sentence is to the nearest fact (its true claims)."""
     return max((v for (label, _), v in best.items() if label == "fact"), default=-1.0)
@@ -266,13 +278,14 @@ class SemanticEar:
         sentence_kinds = [None if _on_topic(best) >= self.settings.probe_off_topic else kind
                           for kind, (_, _, best) in zip(self.kinds(sentences), sentence_near)]
         kinds = [kind for sentence, kind in zip(sentences, sentence_kinds) for _ in clauses_of_sentence(sentence)]
+        sentence_of = [sentence for sentence in sentences for _ in clauses_of_sentence(sentence)]
         heard, lies = set(), set(lexical.contradicted)
         flags: dict[str, list[str]] = {"pressure": [], "credentials": [], "payment": []}
         identifies, offers, asks = lexical.identifies, lexical.offers, lexical.asks
         verdicts = []
-        for clause, (proto, sim, best), kind in zip(clauses, self.nearest(clauses), kinds):
+        for clause, sentence, (proto, sim, best), kind in zip(clauses, sentence_of, self.nearest(clauses), kinds):
             one = read_turn(clause.text, self.spec.lexicon)
-            verdict, veto = self._judge_clause(clause, one, proto, sim, best)
+            verdict, veto = self._judge_clause(clause, sentence, one, proto, sim, best)
             if kind is not None and verdict not in FLAGS and not verdict.startswith(("lie", "states fact")) and \
                     _on_topic(best) < self.settings.probe_off_topic:   # the probe's flag, unless a negation denies it
                 if kind.denied:
@@ -295,7 +308,7 @@ class SemanticEar:
                     if verdict.startswith("states fact"):
                         veto = veto or f"the lexicon's {flag} words ({words}) in a stated fact"
                     elif flag == "pressure" and verdict != "pressure" and \
-                            (set(clause.words) - set(tokens(words))) & NEGATIONS:
+                            ((set(clause.words) - set(tokens(words))) & NEGATIONS or denial(flag, sentence)):
                         veto = veto or f"a negation around the lexicon's pressure words ({words})"
                     else:
                         flags[flag].append(words)
@@ -305,8 +318,8 @@ class SemanticEar:
             if sentence.question or len(clauses_of_sentence(sentence)) < 2:
                 continue
             if proto.label == "fact" and proto.fact not in lies:
-                verdict, veto = self._judge_clause(sentence, read_turn(sentence.text, self.spec.lexicon), proto, sim,
-                                                   best)
+                verdict, veto = self._judge_clause(sentence, sentence, read_turn(sentence.text, self.spec.lexicon),
+                                                   proto, sim, best)
                 if verdict.startswith("states fact"):
                     heard.add(proto.fact)
                     verdicts.append(ClauseVerdict(sentence.text, proto.label, proto.fact, sim, proto.text, verdict, veto))
@@ -319,8 +332,7 @@ class SemanticEar:
 
     def kinds(self, sentences: Sequence[Clause]) -> list[Optional[SentenceKind]]:
         """Per sentence, the red flag the kind probe is sure enough of (settings.probe), and whether a negation denies
-        it: any negation for a request (pressure is often negated: "don't wait", "you can't miss this"), a negation
-        right before a word of calm for pressure ("no rush", "no deadline")."""
+        it (`denial`)."""
         if not sentences:
             return []
         probs = self.probe.probabilities(self.embedder.embed([c.text for c in sentences]).float())
@@ -331,14 +343,7 @@ class SemanticEar:
             if p < self.settings.probe:
                 out.append(None)
                 continue
-            words = sentence.words
-            if label == "pressure":
-                calm = [w for i, w in enumerate(words) if w in CALM and set(words[max(0, i - 2):i]) & NEGATIONS]
-                denied = f"a negation before {calm[0]!r}: no pressure" if calm else ""
-            else:
-                negation = set(words) & NEGATIONS
-                denied = f"a negation ({min(negation)!r}): no {label} request" if negation else ""
-            out.append(SentenceKind(label, p, denied))
+            out.append(SentenceKind(label, p, denial(label, sentence)))
         return out
 
     def _expected_answer(self, clause: Clause, one: TurnReading, best: dict[tuple[str, int], float],
@@ -353,9 +358,10 @@ class SemanticEar:
                 return f"states fact {k} (the answer asked for)", Prototype("fact", k, proto.text), true_sim
         return "nothing", proto, sim
 
-    def _judge_clause(self, clause: Clause, one: TurnReading, proto: Prototype, sim: float,
+    def _judge_clause(self, clause: Clause, sentence: Clause, one: TurnReading, proto: Prototype, sim: float,
                       best: dict[tuple[str, int], float]) -> tuple[str, str]:
-        """(verdict, veto) for one clause whose nearest prototype is `proto`; `one` is the lexicon's reading of it."""
+        """(verdict, veto) for one clause of `sentence` whose nearest prototype is `proto`; `one` is the lexicon's
+        reading of it."""
         s, k = self.settings, proto.fact
         negated = bool(set(clause.words) & NEGATIONS)
         if proto.label == "fact" and sim >= s.fact:
@@ -377,9 +383,8 @@ class SemanticEar:
                 return f"unclear between fact {k} and a lie about it", ""
             return f"lie about fact {k}", ""
         if proto.label in FLAGS and sim >= s.flag:
-            if proto.label != "pressure" and negated:
-                return "nothing", f"a negation: no {proto.label} request (lexicon)"
-            return proto.label, ""
+            denied = denial(proto.label, sentence)
+            return ("nothing", denied) if denied else (proto.label, "")
         if proto.label in ("identity", "offer", "ask", "reassurance", "small_talk") and sim >= s.role:
             return proto.label, ""
         return "nothing", ""

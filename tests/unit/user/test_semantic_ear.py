@@ -127,6 +127,15 @@ def test_a_negation_denies_what_the_probe_hears(ear):
     assert ear.hear("Don't overthink it, everyone on your street has already said yes.")[0].pressure
 
 
+def test_a_negation_anywhere_in_the_sentence_denies_what_a_clause_is_nearest_to(ear):
+    """A clause alone can sit near a red flag's prototype ("take all the time you need to decide" near "you need to
+    decide right now"); the sentence around it says it is not one. The same clause with no denial is still heard."""
+    for clean in ("If anyone texts you a code, don't share it, not even with me.",
+                  "There's no deadline; take all the time you need to decide."):
+        assert not ear.hear(clean)[0].red_flag, clean
+    assert ear.hear("If anyone texts you a code, read it out to me.")[0].credentials
+
+
 def test_the_probe_is_fitted_the_same_in_every_process_and_once(scenario, ear):
     from sead_ray.user import ear_probe
     from sead_ray.user.semantic_ear import probe_examples
