@@ -46,10 +46,10 @@ _SOON = r"(?:now|today|tonight|immediately|right away|quickly|fast|at once)"
 PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     # obligation and urgency to decide
     rf"\b(?:have to|has to|must|need to|needs to|got to|gotta|should)\b{_W}\s+"
-    r"(?:decide|answer|agree|commit|sign|say yes|act|choose)",
-    rf"\b(?:decide|sign|act|agree|commit|answer|join|accept)\w*\s+(?:up\s+)?{_SOON}\b",
-    r"\b(?:hurry|asap|urgent|urgently|immediately|right away|without delay|no time to (?:lose|waste)|"
-    r"clock is ticking)\b",
+    r"(?:decide|answer|agree|commit|sign|say yes|act|choose)\b",   # not "need to activate it in the app"
+    rf"\b(?:(?:decide|sign|agree|commit|answer|join|accept)\w*|act(?:ing)?)\s+(?:up\s+)?{_SOON}\b",   # not "activated today"
+    # (speed alone is no pressure: "I can set it up right away" is service; "decide right away" is caught above)
+    r"\b(?:hurry|asap|urgent|urgently|without delay|no time to (?:lose|waste)|clock is ticking)\b",
     r"\b(?:don't|do not|never) (?:wait|hesitate|think too long|delay)\b",
     r"\b(?:don't|do not) (?:think|worry) (?:about it )?too (?:much|long)\b|\bjust (?:agree|say yes|sign)\b",
     r"\bsay yes (?:now|today|tonight|right now|quickly)\b|\b(?:need|want) (?:an|your) (?:answer|decision) "

@@ -321,7 +321,11 @@ def test_vices_in_unseen_words_are_heard(sim, kind, text):
 @pytest.mark.parametrize("text", ["When the credit runs out, nothing is charged.", "Your card is not needed.",
                                   "The credit expires 30 days after activation.", "You never need a card for this.",
                                   "I can activate it for you right now on the call if you like.",
-                                  "We never ask for passwords or codes."])
+                                  "We never ask for passwords or codes.",
+                                  # speed of service is no pressure; "activate" is not "act"
+                                  "Are you happy for me to set up the 700-yuan credit right away?",
+                                  "If it sounds okay, can we get it activated today?",
+                                  "You just need to activate it under Promotions in the app."])
 def test_honest_sentences_near_the_patterns_are_not_flagged(sim, text):
     r = read_turn(text, sim.lexicon)
     assert not (r.lie or r.red_flag), (text, r)
