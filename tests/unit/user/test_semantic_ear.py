@@ -81,6 +81,19 @@ def test_it_beats_the_lexicon_on_the_held_out_ear_lines(scenario):
     assert semantic["fact"]["false_alarms"] <= 0.1 and semantic["clean"]["false_alarms"] <= lexicon["clean"]["false_alarms"]
 
 
+@pytest.mark.parametrize("folder", [None, "ear_lines_second_set", "ear_lines_third_set"])
+@pytest.mark.parametrize("name", ["restaurant_promotion", "charity_donation"])
+def test_every_shipped_set_of_ear_lines_loads_with_a_line_per_fact_and_class(folder, name):
+    """The three line sets benchmarks/ear_accuracy.py reads (--lines-dir): one entry per fact, each with honest
+    lines and lies; 139 to 204 labelled lines per scenario and set."""
+    scenario = load_scenario(ROOT / "configs" / "scenarios" / f"{name}.yaml")
+    lines = load_ear_lines(scenario.source, len(scenario.facts), folder and str(ROOT / "benchmarks" / folder))
+    labelled = lines.labelled()
+    assert len(labelled) >= 130
+    assert all(f.paraphrase and f.lies for f in lines.facts)
+    assert {label for _, label, _ in labelled} >= {"fact", "lie", "pressure", "credentials", "payment", "clean"}
+
+
 def test_a_third_domain_gets_a_fair_user_with_its_facts_as_written():
     """tests/data/third_domain/gym_renewal.yaml was written from the docs alone, its facts in plain words ("payment",
     "card details", "contract"): the lexicon hears some of them as requests; the semantic ear hears them as facts, so
