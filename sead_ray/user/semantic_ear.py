@@ -270,20 +270,21 @@ class SemanticEar:
     def _hear(self, text: str, expecting: frozenset[int]) -> tuple[TurnReading, tuple[ClauseVerdict, ...]]:
         lexical = read_turn(text, self.spec.lexicon)
         sentences = sentences_of(text)
-        clauses = [c for sentence in sentences for c in clauses_of_sentence(sentence)]
+        parts = [clauses_of_sentence(sentence) for sentence in sentences]
+        clauses = [c for part in parts for c in part]
         if not clauses:
             return replace(lexical, heard_facts=frozenset()), ()
         # the probe reads whole sentences: a clause alone loses what frames it ("no rush at all; take your time")
         sentence_near = self.nearest(sentences)
         sentence_kinds = [None if _on_topic(best) >= self.settings.probe_off_topic else kind
                           for kind, (_, _, best) in zip(self.kinds(sentences), sentence_near)]
-        kinds = [kind for sentence, kind in zip(sentences, sentence_kinds) for _ in clauses_of_sentence(sentence)]
-        sentence_of = [sentence for sentence in sentences for _ in clauses_of_sentence(sentence)]
+        # per clause: its sentence and what the probe heard in that sentence
+        owners = [(sentence, kind) for sentence, kind, part in zip(sentences, sentence_kinds, parts) for _ in part]
         heard, lies = set(), set(lexical.contradicted)
         flags: dict[str, list[str]] = {"pressure": [], "credentials": [], "payment": []}
         identifies, offers, asks = lexical.identifies, lexical.offers, lexical.asks
         verdicts = []
-        for clause, sentence, (proto, sim, best), kind in zip(clauses, sentence_of, self.nearest(clauses), kinds):
+        for clause, (sentence, kind), (proto, sim, best) in zip(clauses, owners, self.nearest(clauses)):
             one = read_turn(clause.text, self.spec.lexicon)
             verdict, veto = self._judge_clause(clause, sentence, one, proto, sim, best)
             if kind is not None and verdict not in FLAGS and not verdict.startswith(("lie", "states fact")) and \
@@ -314,8 +315,8 @@ class SemanticEar:
                         flags[flag].append(words)
             verdicts.append(ClauseVerdict(clause.text, proto.label, proto.fact, sim, proto.text, verdict, veto))
         # a sentence of several clauses may state a fact that none of its clauses states alone
-        for sentence, (proto, sim, best) in zip(sentences, sentence_near):
-            if sentence.question or len(clauses_of_sentence(sentence)) < 2:
+        for sentence, part, (proto, sim, best) in zip(sentences, parts, sentence_near):
+            if sentence.question or len(part) < 2:
                 continue
             if proto.label == "fact" and proto.fact not in lies:
                 verdict, veto = self._judge_clause(sentence, sentence, read_turn(sentence.text, self.spec.lexicon),
