@@ -28,8 +28,10 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _CLAUSE = re.compile(r"[,;:()]|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\bbut\b")
 NEGATIONS = frozenset("no not never without nothing none nobody neither nor zero".split())
 NEGATION_WINDOW = 4      # a negation counts for a term among this many words before it ("don't charge any joining fee")
-QUESTION_STARTS = frozenset("""is are am was were do does did can could will would shall should may might must
-have has had how what why when where who whom whose which""".split())
+AUXILIARIES = frozenset("is are am was were do does did can could will would shall should may might must have has had s"
+                        .split())   # "s": "what's"
+QUESTION_WORDS = frozenset("how what why when where who whom whose which".split())
+DEGREE_WORDS = frozenset("much many long often soon far".split())   # "how long does it last."
 SELF = frozenset("i me my we our us this".split())     # "this is Lin", "I'm calling from", "we are"
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
                 "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
@@ -157,8 +159,25 @@ def sentences_of(text: str) -> list[Clause]:
     for sentence in _SENTENCE.findall(text or ""):
         words = tokens(sentence)
         if words:
-            out.append(_clause(sentence, sentence.rstrip().endswith("?") or words[0] in QUESTION_STARTS))
+            out.append(_clause(sentence, sentence.rstrip().endswith("?") or _shaped_like_a_question(words)))
     return out
+
+
+def _shaped_like_a_question(words: Sequence[str]) -> bool:
+    """A sentence without its question mark that still asks: an auxiliary first ("May I set it up now.") but not a
+    negative imperative ("Don't just take my word for it."), or a question word with an auxiliary next ("How does it
+    work.", "How long does it last."), not a statement that starts with one ("When the trial ends, nothing is
+    billed.", "What you give is tax-deductible.")."""
+    first, rest = words[0], list(words[1:4])
+    if first in AUXILIARIES:
+        return rest[:1] != ["not"]
+    if first not in QUESTION_WORDS or not rest:
+        return False
+    if rest[0] == "about":      # "how about I set it up for you."
+        return True
+    if rest[0] in DEGREE_WORDS:
+        rest = rest[1:]
+    return bool(rest) and rest[0] in AUXILIARIES
 
 
 def clauses_of(text: str) -> list[Clause]:

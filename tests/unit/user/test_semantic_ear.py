@@ -149,6 +149,22 @@ def test_a_negation_anywhere_in_the_sentence_denies_what_a_clause_is_nearest_to(
     assert ear.hear("If anyone texts you a code, read it out to me.")[0].credentials
 
 
+def test_a_statement_that_opens_like_a_question_states_what_it_says(ear):
+    """Only the shape of a question asks: "When the trial ends, ..." and "Don't just take my word for it; ..." are
+    statements (they were read as questions, which state nothing), "May I activate it now." still asks."""
+    from sead_ray.scenario.lexicon import sentences_of
+    statements = ("When the trial ends, it just ends; you won't see any bill from us.",
+                  "Don't just take my word for it; the hotline inside your business app can confirm my name and team.",
+                  "How much it helps depends on the shop.")
+    assert not any(s.question for text in statements for s in sentences_of(text))
+    questions = ("May I activate the credit for you now.", "How long does it last.", "What's the code on your card.")
+    assert all(s.question for text in questions for s in sentences_of(text))
+    assert 4 in ear.hear(statements[0], frozenset({4}))[0].heard_facts
+    assert 6 in ear.hear(statements[1], frozenset({6}))[0].heard_facts
+    assert ear.hear("When the trial ends, it quietly becomes a paid monthly plan.")[0].lie   # a lie is heard too
+    assert ear.hear(questions[0])[0].asks
+
+
 def test_the_probe_is_fitted_the_same_in_every_process_and_once(scenario, ear):
     from sead_ray.user import ear_probe
     from sead_ray.user.semantic_ear import probe_examples
