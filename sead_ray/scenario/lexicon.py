@@ -39,6 +39,10 @@ NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, 
 # Units a number word must be followed by to count as a claimed quantity ("one minute", not "one question").
 UNITS = frozenset("""second minute hour day week month year time percent euro dollar yuan pound cent click view
 book customer""".split())
+# Durations in seconds, so that "seven days" states "the first week" (a month and a year counted as 30 and 360 days)
+DURATIONS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
+             "year": 360 * 86400}
+ONE = frozenset("a an one per each every first".split())     # a fact's "a month", "the first week": one of that unit
 
 # Pressure is recognised by its shape, not by a list of slogans: obligation to decide, a deadline or a
 # vanishing offer, no second chance, everyone else already did, a threatened loss, guilt. Regular
@@ -188,9 +192,10 @@ def clauses_of_sentence(sentence: Clause) -> list[Clause]:
     return [_clause(part, sentence.question) for part in _CLAUSE.split(sentence.text) if tokens(part)]
 
 
-def numbers_in(text_or_clause: str | Clause) -> list[tuple[float, str]]:
+def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False) -> list[tuple[float, str]]:
     """(value, the next word's stem) for every quantity: digits always, number words ("seven hundred") only
-    before a unit."""
+    before a unit; with `unnumbered` (a fact's own text), one of a duration named without a number ("within the
+    first week"; not in a caller's turn, where "I do this every day" claims no quantity)."""
     words = text_or_clause.words if isinstance(text_or_clause, Clause) else tuple(tokens(text_or_clause))
     found, i = [], 0
     while i < len(words):
@@ -207,8 +212,18 @@ def numbers_in(text_or_clause: str | Clause) -> list[tuple[float, str]]:
             unit = next((stem(w) for w in words[j:j + 2] if stem(w) in UNITS), "")
             if unit:
                 found.append((value, unit))
+        elif unnumbered and words[i] in ONE and i + 1 < len(words) and stem(words[i + 1]) in DURATIONS:
+            found.append((1.0, stem(words[i + 1])))
         i = max(j, i + 1)
     return found
+
+
+def same_quantity(value: float, unit: str) -> list[tuple[float, str]]:
+    """The quantity in every duration unit it is a whole number of ("7 days": 1 week, 168 hours, ...)."""
+    if unit not in DURATIONS:
+        return [(value, unit)]
+    total = value * DURATIONS[unit]
+    return [(total / size, name) for name, size in DURATIONS.items() if (total / size).is_integer()]
 
 
 @dataclass(frozen=True)
@@ -238,7 +253,7 @@ class Lexicon:
     def build(facts: Sequence[str], fact_terms: Sequence[FactTerms], identity: Iterable[str], offer: Iterable[str],
               decision: Iterable[str], pressure: Iterable[str] = (), credentials: Iterable[str] = (),
               payment: Iterable[str] = (), overclaims: Iterable[str] = ()) -> Lexicon:
-        stated = [numbers_in(f) for f in facts]
+        stated = [numbers_in(f, unnumbered=True) for f in facts]
         per_fact = [frozenset((v, u) for v, u in found if u in UNITS) for found in stated]
         return Lexicon(
             tuple(fact_terms), frozenset(v for found in stated for v, _ in found), frozenset().union(*per_fact),
@@ -250,6 +265,12 @@ class Lexicon:
     @property
     def fact_units(self) -> frozenset[str]:
         return frozenset(u for _, u in self.number_units)
+
+
+def _stated(value: float, unit: str, lex: Lexicon, about: Iterable[int]) -> bool:
+    """A quantity some fact states, and none of the facts the clause speaks of (`about`) states otherwise."""
+    wrong_here = any(unit in {u for _, u in lex.quantities[k]} and (value, unit) not in lex.quantities[k] for k in about)
+    return value in lex.numbers and not (unit in lex.fact_units and (value, unit) not in lex.number_units) and not wrong_here
 
 
 def _phrases(items: Iterable[str]) -> tuple[tuple[str, ...], ...]:
@@ -332,9 +353,8 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
         # a quantity is checked against every fact, and against the facts this clause speaks of: "from 10 euros"
         # in a clause about the minimum amount is invented even though another fact says "10 euros a month"
         for value, unit in numbers_in(c):
-            wrong_here = any(unit in {u for _, u in lex.quantities[k]} and (value, unit) not in lex.quantities[k]
-                             for k in about)
-            if value not in lex.numbers or (unit in lex.fact_units and (value, unit) not in lex.number_units) or wrong_here:
+            alike = [(value, unit), *((v, u) for v, u in same_quantity(value, unit) if u in lex.fact_units)]
+            if not any(_stated(v, u, lex, about) for v, u in alike):
                 invented.append(f"{value:g} {unit}".strip())
     invented += _hits(statements, lex.overclaims, unnegated=True)
     # a credential named in a question, or beside "your" or an asking verb, is asked for; a clause with a

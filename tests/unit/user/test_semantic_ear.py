@@ -165,6 +165,19 @@ def test_a_statement_that_opens_like_a_question_states_what_it_says(ear):
     assert ear.hear(questions[0])[0].asks
 
 
+def test_a_duration_in_other_units_is_the_facts_own(scenario):
+    """"Within the first seven days" states the fact's "within the first week"; a duration no fact states in any
+    unit is still invented, and "every day" in passing claims no quantity."""
+    from sead_ray.scenario.lexicon import read_turn
+    from tests.unit.user.test_rule_user import CHARITY
+    restaurant = scenario.rule_user.lexicon
+    assert not read_turn("Most shops on the trial see more page views within the first seven days.", restaurant).invented
+    assert read_turn("The credit is valid for eight weeks.", restaurant).invented
+    assert not read_turn("I do this every day, it's totally normal.", restaurant).invented
+    charity = load_scenario(CHARITY).rule_user.lexicon
+    assert read_turn("You'd need to commit for at least twelve months before you can cancel.", charity).invented
+
+
 def test_the_probe_is_fitted_the_same_in_every_process_and_once(scenario, ear):
     from sead_ray.user import ear_probe
     from sead_ray.user.semantic_ear import probe_examples
