@@ -27,7 +27,7 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 # clause breaks: commas, semicolons, colons, spaced or long dashes, "but"
 _CLAUSE = re.compile(r"[,;:()]|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\bbut\b")
 NEGATIONS = frozenset("no not never without nothing none nobody neither nor zero".split())
-NEGATION_WINDOW = 4      # a negation counts for a term among this many words before it ("don't charge any joining fee")
+NEGATION_WINDOW = 5      # a negation counts for a term among this many words before it ("won't need to link a bank card")
 AUXILIARIES = frozenset("is are am was were do does did can could will would shall should may might must have has had s"
                         .split())   # "s": "what's"
 QUESTION_WORDS = frozenset("how what why when where who whom whose which".split())

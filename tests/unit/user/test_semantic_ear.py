@@ -41,6 +41,7 @@ def test_the_lexicon_decides_negation_and_numbers(ear):
     denied = ear.hear("We will never ask you for a card number or a password.")[0]
     assert not denied.credentials and not denied.payment
     assert ear.hear("Please read me the code we just texted to you.")[0].credentials
+    assert not ear.hear("You won't need to link a bank card.")[0].lie    # five words from its negation
     assert not ear.hear("The credit is worth 700 yuan.")[0].lie
     assert ear.hear("The credit is worth 900 yuan.")[0].lie
 
