@@ -41,6 +41,7 @@ from sead_ray.scenario.lexicon import (
     sentences_of,
     tokens,
 )
+from sead_ray.user.ear_negation import denial, negated_before
 from sead_ray.user.ear_probe import KINDS, fit_probe, generic_sentences
 from sead_ray.user.ear_prototypes import ASKS, CREDENTIALS, PAYMENT, PRESSURE, REASSURANCE, SMALL_TALK
 
@@ -92,25 +93,10 @@ class ClauseVerdict:
                 "similarity": round(self.similarity, 3), **({"vetoed_by": self.vetoed_by} if self.vetoed_by else {})}
 
 
-CALM = frozenset("rush hurry deadline pressure obligation catch commitment".split())   # "no rush": not pressure
-
-
 class SentenceKind(NamedTuple):
     label: str          # the red flag the kind probe heard in a sentence
     probability: float
     denied: str         # why a negation says it is not one ('' when none does)
-
-
-def denial(flag: str, sentence: Clause) -> str:
-    """Why a negation in the sentence says it is not the red flag `flag` ('' when none does): any negation for a
-    request ("if anyone texts you a code, don't share it"), a negation right before a word of calm for pressure
-    ("no rush", "there's no deadline"; pressure is often negated: "don't wait", "you can't miss this")."""
-    words = sentence.words
-    if flag == "pressure":
-        calm = [w for i, w in enumerate(words) if w in CALM and set(words[max(0, i - 2):i]) & NEGATIONS]
-        return f"a negation before {calm[0]!r}: no pressure" if calm else ""
-    negation = set(words) & NEGATIONS
-    return f"a negation ({min(negation)!r}): no {flag} request" if negation else ""
 
 
 def _on_topic(best: dict[tuple[str, int], float]) -> float:
@@ -309,7 +295,7 @@ class SemanticEar:
                     if verdict.startswith("states fact"):
                         veto = veto or f"the lexicon's {flag} words ({words}) in a stated fact"
                     elif flag == "pressure" and verdict != "pressure" and \
-                            ((set(clause.words) - set(tokens(words))) & NEGATIONS or denial(flag, sentence)):
+                            (negated_before(clause, words) or denial(flag, sentence)):
                         veto = veto or f"a negation around the lexicon's pressure words ({words})"
                     else:
                         flags[flag].append(words)

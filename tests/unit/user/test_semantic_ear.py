@@ -179,6 +179,15 @@ def test_a_duration_in_other_units_is_the_facts_own(scenario):
     assert read_turn("You'd need to commit for at least twelve months before you can cancel.", charity).invented
 
 
+def test_only_a_negation_before_the_pressure_words_denies_them():
+    """"You don't have to decide now" is no pressure; a "no" or "without" after the words does not deny them."""
+    from tests.unit.user.test_rule_user import CHARITY
+    charity = load_scenario(CHARITY)
+    ear = SemanticEar(charity.rule_user, charity.facts)
+    assert ear.hear("Think of the children who'll go without books if you say no.")[0].pressure
+    assert not ear.hear("You don't have to decide now, take your time.")[0].pressure
+
+
 def test_the_probe_is_fitted_the_same_in_every_process_and_once(scenario, ear):
     from sead_ray.user import ear_probe
     from sead_ray.user.semantic_ear import probe_examples
