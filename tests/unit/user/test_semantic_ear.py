@@ -82,7 +82,7 @@ def test_it_beats_the_lexicon_on_the_held_out_ear_lines(scenario):
     assert semantic["fact"]["false_alarms"] <= 0.1 and semantic["clean"]["false_alarms"] <= lexicon["clean"]["false_alarms"]
 
 
-@pytest.mark.parametrize("folder", [None, "ear_lines_second_set", "ear_lines_third_set"])
+@pytest.mark.parametrize("folder", [None, "ear_lines_second_set", "ear_lines_third_set", "ear_lines_fourth_set"])
 @pytest.mark.parametrize("name", ["restaurant_promotion", "charity_donation"])
 def test_every_shipped_set_of_ear_lines_loads_with_a_line_per_fact_and_class(folder, name):
     """The three line sets benchmarks/ear_accuracy.py reads (--lines-dir): one entry per fact, each with honest
