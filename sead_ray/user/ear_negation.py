@@ -11,12 +11,12 @@ CALM = frozenset("rush hurry deadline pressure obligation catch commitment need 
 
 def denial(flag: str, sentence: Clause) -> str:
     """Why a negation in the sentence says it is not the red flag `flag` ('' when none does): any negation for a
-    request ("if anyone texts you a code, don't share it"), a negation right before a word of calm for pressure
+    request ("if anyone texts you a code, don't share it"), a negation up to three words before a word of calm for pressure
     ("no rush", "you don't have to decide now"; pressure is often negated: "don't wait", "you can't miss this")."""
     words = sentence.words
     if flag == "pressure":
         calm = [w for i, w in enumerate(words) if (w in CALM or w in ("have", "has") and words[i + 1:i + 2] == ("to",))
-                and set(words[max(0, i - 2):i]) & NEGATIONS]
+                and set(words[max(0, i - 3):i]) & NEGATIONS]
         return f"a negation before {calm[0]!r}: no pressure" if calm else ""
     negation = set(words) & NEGATIONS
     return f"a negation ({min(negation)!r}): no {flag} request" if negation else ""

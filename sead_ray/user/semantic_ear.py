@@ -65,7 +65,7 @@ class EarSettings:
     flag: float = 0.6           # nearest to a pressure / credential / payment prototype: that red flag
     role: float = 0.5           # identity, offer, ask, reassurance, small talk
     expected: float = 0.35      # a fact the user just asked about: heard at this similarity (if nothing else is)
-    probe: float = 0.6          # the kind probe (ear_probe.py) this sure of a red flag: that red flag
+    probe: float = 0.55         # the kind probe (ear_probe.py) this sure of a red flag: that red flag
     probe_own_weight: float = 4.0   # the scenario's sentences weigh this much more than generic ones in the probe
     probe_off_topic: float = 0.6   # ... in a sentence and clause below this similarity to every fact (else facts decide)
 

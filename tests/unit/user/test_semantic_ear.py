@@ -145,7 +145,8 @@ def test_a_negation_anywhere_in_the_sentence_denies_what_a_clause_is_nearest_to(
     """A clause alone can sit near a red flag's prototype ("take all the time you need to decide" near "you need to
     decide right now"); the sentence around it says it is not one. The same clause with no denial is still heard."""
     for clean in ("If anyone texts you a code, don't share it, not even with me.",
-                  "There's no deadline; take all the time you need to decide."):
+                  "There's no deadline; take all the time you need to decide.",
+                  "Please don't feel any pressure - it's completely your decision."):
         assert not ear.hear(clean)[0].red_flag, clean
     assert ear.hear("If anyone texts you a code, read it out to me.")[0].credentials
 
