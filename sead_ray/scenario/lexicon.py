@@ -28,10 +28,15 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _CLAUSE = re.compile(r"[,;:()]|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\bbut\b")
 NEGATIONS = frozenset("no not never without nothing none nobody neither nor zero".split())
 NEGATION_WINDOW = 5      # a negation counts for a term among this many words before it ("won't need to link a bank card")
+NEGATION_STOPS = frozenset("and so because if when then".split())   # ... not past these ("no deposit and it's free")
 AUXILIARIES = frozenset("is are am was were do does did can could will would shall should may might must have has had s"
                         .split())   # "s": "what's"
 QUESTION_WORDS = frozenset("how what why when where who whom whose which".split())
 DEGREE_WORDS = frozenset("much many long often soon far".split())   # "how long does it last."
+# who an auxiliary-first question asks about ("May I ...", "Is the credit ..."; not "Have a look in the app.")
+SUBJECTS = frozenset("i you we it they he she there this that these those the your my our his her its their anyone"
+                     .split())
+PRONOUNS = frozenset("i you we it they he she".split())
 SELF = frozenset("i me my we our us this".split())     # "this is Lin", "I'm calling from", "we are"
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
                 "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
@@ -42,7 +47,7 @@ book customer""".split())
 # Durations in seconds, so that "seven days" states "the first week" (a month and a year counted as 30 and 360 days)
 DURATIONS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
              "year": 360 * 86400}
-ONE = frozenset("a an one per each every first".split())     # a fact's "a month", "the first week": one of that unit
+ONE = frozenset("a an first".split())     # a fact's "for a month", "the first week": one of that unit
 
 # Pressure is recognised by its shape, not by a list of slogans: obligation to decide, a deadline or a
 # vanishing offer, no second chance, everyone else already did, a threatened loss, guilt. Regular
@@ -144,6 +149,8 @@ class Clause:
 
     def negated_at(self, i: int) -> bool:
         before = self.words[max(0, i - NEGATION_WINDOW):i]
+        stops = [j for j, w in enumerate(before) if w in NEGATION_STOPS]
+        before = before[stops[-1] + 1:] if stops else before
         # "free of charge" negates too
         return any(w in NEGATIONS for w in before) or (i >= 2 and self.words[i - 2:i] == ("free", "of"))
 
@@ -168,18 +175,21 @@ def sentences_of(text: str) -> list[Clause]:
 
 
 def _shaped_like_a_question(words: Sequence[str]) -> bool:
-    """A sentence without its question mark that still asks: an auxiliary first ("May I set it up now.") but not a
-    negative imperative ("Don't just take my word for it."), or a question word with an auxiliary next ("How does it
-    work.", "How long does it last."), not a statement that starts with one ("When the trial ends, nothing is
-    billed.", "What you give is tax-deductible.")."""
+    """A sentence without its question mark that still asks: an auxiliary and its subject first ("May I set it up
+    now."; not "Don't just take my word for it.", "Have a look in the app."), or a question word with an auxiliary
+    next ("How does it work.", "How long does it last.", "What card do you use."), not a statement that starts with
+    one ("When the trial ends, nothing is billed.", "What you give is tax-deductible.")."""
     first, rest = words[0], list(words[1:4])
     if first in AUXILIARIES:
-        return rest[:1] != ["not"]
+        return bool(rest) and rest[0] in SUBJECTS
     if first not in QUESTION_WORDS or not rest:
         return False
-    if rest[0] == "about":      # "how about I set it up for you."
+    if rest[0] in ("about", "not"):      # "how about I set it up for you.", "why not try it."
         return True
     if rest[0] in DEGREE_WORDS:
+        rest = rest[1:]
+    # a question word, at most one noun, then an auxiliary: "what card do you use.", "how many customers will I get."
+    if len(rest) > 1 and first in ("what", "which", "how") and rest[0] not in PRONOUNS and rest[0] not in AUXILIARIES:
         rest = rest[1:]
     return bool(rest) and rest[0] in AUXILIARIES
 
@@ -212,18 +222,13 @@ def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False) -> list[t
             unit = next((stem(w) for w in words[j:j + 2] if stem(w) in UNITS), "")
             if unit:
                 found.append((value, unit))
-        elif unnumbered and words[i] in ONE and i + 1 < len(words) and stem(words[i + 1]) in DURATIONS:
+        elif unnumbered and words[i] in ONE and i + 1 < len(words) and stem(words[i + 1]) in DURATIONS and \
+                not (i and (words[i - 1].isdigit() or stem(words[i - 1]) in UNITS)):   # "10 euros a month" is a rate
             found.append((1.0, stem(words[i + 1])))
         i = max(j, i + 1)
     return found
 
 
-def same_quantity(value: float, unit: str) -> list[tuple[float, str]]:
-    """The quantity in every duration unit it is a whole number of ("7 days": 1 week, 168 hours, ...)."""
-    if unit not in DURATIONS:
-        return [(value, unit)]
-    total = value * DURATIONS[unit]
-    return [(total / size, name) for name, size in DURATIONS.items() if (total / size).is_integer()]
 
 
 @dataclass(frozen=True)
@@ -267,8 +272,14 @@ class Lexicon:
         return frozenset(u for _, u in self.number_units)
 
 
-def _stated(value: float, unit: str, lex: Lexicon, about: Iterable[int]) -> bool:
-    """A quantity some fact states, and none of the facts the clause speaks of (`about`) states otherwise."""
+def _stated(value: float, unit: str, lex: Lexicon, about: set[int]) -> bool:
+    """A quantity some fact states, and none of the facts the clause speaks of (`about`) states otherwise; a
+    duration in any unit ("seven days" states "the first week", but not where the clause speaks of a 30-day fact)."""
+    if unit in DURATIONS:
+        seconds = value * DURATIONS[unit]
+        durations = [{v * DURATIONS[u] for v, u in lex.quantities[k] if u in DURATIONS} for k in range(len(lex.quantities))]
+        return any(seconds in d for d in durations) and not any(d and seconds not in d for k, d in enumerate(durations)
+                                                               if k in about)
     wrong_here = any(unit in {u for _, u in lex.quantities[k]} and (value, unit) not in lex.quantities[k] for k in about)
     return value in lex.numbers and not (unit in lex.fact_units and (value, unit) not in lex.number_units) and not wrong_here
 
@@ -353,8 +364,7 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
         # a quantity is checked against every fact, and against the facts this clause speaks of: "from 10 euros"
         # in a clause about the minimum amount is invented even though another fact says "10 euros a month"
         for value, unit in numbers_in(c):
-            alike = [(value, unit), *((v, u) for v, u in same_quantity(value, unit) if u in lex.fact_units)]
-            if not any(_stated(v, u, lex, about) for v, u in alike):
+            if not _stated(value, unit, lex, about):
                 invented.append(f"{value:g} {unit}".strip())
     invented += _hits(statements, lex.overclaims, unnegated=True)
     # a credential named in a question, or beside "your" or an asking verb, is asked for; a clause with a

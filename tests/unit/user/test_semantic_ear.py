@@ -85,7 +85,7 @@ def test_it_beats_the_lexicon_on_the_held_out_ear_lines(scenario):
 @pytest.mark.parametrize("folder", [None, "ear_lines_second_set", "ear_lines_third_set", "ear_lines_fourth_set"])
 @pytest.mark.parametrize("name", ["restaurant_promotion", "charity_donation"])
 def test_every_shipped_set_of_ear_lines_loads_with_a_line_per_fact_and_class(folder, name):
-    """The three line sets benchmarks/ear_accuracy.py reads (--lines-dir): one entry per fact, each with honest
+    """The four line sets benchmarks/ear_accuracy.py reads (--lines-dir): one entry per fact, each with honest
     lines and lies; 139 to 204 labelled lines per scenario and set."""
     scenario = load_scenario(ROOT / "configs" / "scenarios" / f"{name}.yaml")
     lines = load_ear_lines(scenario.source, len(scenario.facts), folder and str(ROOT / "benchmarks" / folder))
@@ -154,30 +154,11 @@ def test_a_negation_anywhere_in_the_sentence_denies_what_a_clause_is_nearest_to(
 def test_a_statement_that_opens_like_a_question_states_what_it_says(ear):
     """Only the shape of a question asks: "When the trial ends, ..." and "Don't just take my word for it; ..." are
     statements (they were read as questions, which state nothing), "May I activate it now." still asks."""
-    from sead_ray.scenario.lexicon import sentences_of
-    statements = ("When the trial ends, it just ends; you won't see any bill from us.",
-                  "Don't just take my word for it; the hotline inside your business app can confirm my name and team.",
-                  "How much it helps depends on the shop.")
-    assert not any(s.question for text in statements for s in sentences_of(text))
-    questions = ("May I activate the credit for you now.", "How long does it last.", "What's the code on your card.")
-    assert all(s.question for text in questions for s in sentences_of(text))
-    assert 4 in ear.hear(statements[0], frozenset({4}))[0].heard_facts
-    assert 6 in ear.hear(statements[1], frozenset({6}))[0].heard_facts
+    assert 4 in ear.hear("When the trial ends, it just ends; you won't see any bill from us.", frozenset({4}))[0].heard_facts
+    hotline = "Don't just take my word for it; the hotline inside your business app can confirm my name and team."
+    assert 6 in ear.hear(hotline, frozenset({6}))[0].heard_facts
     assert ear.hear("When the trial ends, it quietly becomes a paid monthly plan.")[0].lie   # a lie is heard too
-    assert ear.hear(questions[0])[0].asks
-
-
-def test_a_duration_in_other_units_is_the_facts_own(scenario):
-    """"Within the first seven days" states the fact's "within the first week"; a duration no fact states in any
-    unit is still invented, and "every day" in passing claims no quantity."""
-    from sead_ray.scenario.lexicon import read_turn
-    from tests.unit.user.test_rule_user import CHARITY
-    restaurant = scenario.rule_user.lexicon
-    assert not read_turn("Most shops on the trial see more page views within the first seven days.", restaurant).invented
-    assert read_turn("The credit is valid for eight weeks.", restaurant).invented
-    assert not read_turn("I do this every day, it's totally normal.", restaurant).invented
-    charity = load_scenario(CHARITY).rule_user.lexicon
-    assert read_turn("You'd need to commit for at least twelve months before you can cancel.", charity).invented
+    assert ear.hear("May I activate the credit for you now.")[0].asks
 
 
 def test_only_a_negation_before_the_pressure_words_denies_them():
