@@ -18,6 +18,7 @@ processing, no model: the user is transparent by design.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -229,8 +230,6 @@ def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False) -> list[t
     return found
 
 
-
-
 @dataclass(frozen=True)
 class FactTerms:
     """What one scenario fact states: terms it affirms and terms it denies (its numbers are read from its text)."""
@@ -271,15 +270,19 @@ class Lexicon:
     def fact_units(self) -> frozenset[str]:
         return frozenset(u for _, u in self.number_units)
 
+    @functools.cached_property
+    def durations(self) -> tuple[frozenset[float], ...]:
+        """Per fact, the durations it states, in seconds (derived once from `quantities`)."""
+        return tuple(frozenset(v * DURATIONS[u] for v, u in found if u in DURATIONS) for found in self.quantities)
+
 
 def _stated(value: float, unit: str, lex: Lexicon, about: set[int]) -> bool:
     """A quantity some fact states, and none of the facts the clause speaks of (`about`) states otherwise; a
     duration in any unit ("seven days" states "the first week", but not where the clause speaks of a 30-day fact)."""
     if unit in DURATIONS:
         seconds = value * DURATIONS[unit]
-        durations = [{v * DURATIONS[u] for v, u in lex.quantities[k] if u in DURATIONS} for k in range(len(lex.quantities))]
-        return any(seconds in d for d in durations) and not any(d and seconds not in d for k, d in enumerate(durations)
-                                                               if k in about)
+        return any(seconds in d for d in lex.durations) and \
+            not any(d and seconds not in d for k, d in enumerate(lex.durations) if k in about)
     wrong_here = any(unit in {u for _, u in lex.quantities[k]} and (value, unit) not in lex.quantities[k] for k in about)
     return value in lex.numbers and not (unit in lex.fact_units and (value, unit) not in lex.number_units) and not wrong_here
 
