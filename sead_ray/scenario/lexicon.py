@@ -266,8 +266,9 @@ class Lexicon:
             _phrases((*CREDENTIALS, *credentials)), _phrases((*PAYMENT, *payment)),
             _phrases((*OVERCLAIMS, *overclaims)), _phrases(COURTESY))
 
-    @property
+    @functools.cached_property
     def fact_units(self) -> frozenset[str]:
+        """The units the facts state quantities in (derived once from `number_units`)."""
         return frozenset(u for _, u in self.number_units)
 
     @functools.cached_property
