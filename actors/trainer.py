@@ -95,11 +95,15 @@ class _Worker:
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config,
                                                                   dist_init_required=False)
         self.engine.train()   # from_pretrained leaves eval mode, in which HF skips gradient checkpointing
+        self.shared_prefix = s.shared_prefix == "auto" and self._shared_prefix_supported(model)
         self.ref = None
         if s.kl_coef > 0:
             ref_config = {k: v for k, v in ds_config.items() if k != "gradient_clipping"}
             ref_model = AutoModelForCausalLM.from_pretrained(s.model_path, dtype=dtype)
             ref_model.requires_grad_(False)
+            if self.shared_prefix:
+                from sead_ray.training.shared_prefix import install
+                install(ref_model)
             self.ref, *_ = deepspeed.initialize(model=ref_model, config=ref_config, dist_init_required=False)
             self.ref.eval()
         self.steps, self.transport = 0, None     # the actors.weights.sync transport is built at the first sync
@@ -113,19 +117,31 @@ class _Worker:
         return WorkerReady(self.rank, self.settings.zero_stage, int(local), int(total), os.getpid(),
                            ray.get_runtime_context().get_node_id())
 
-    def _logprob_fn(self, engine: Any, temperature: Optional[float] = None):
+    def _shared_prefix_supported(self, model: Any) -> bool:
+        """Route the model's attention through the shared prefix (trainer.shared_prefix: auto), or say why not."""
+        from sead_ray.training.shared_prefix import install, unsupported_reason
+        reason = unsupported_reason(model)
+        if reason is not None:
+            if self.rank == 0:
+                log.warning("trainer.shared_prefix: off for this model (%s); every call is computed in full", reason)
+            return False
+        install(model)
+        return True
+
+    def _forward(self, engine: Any, temperature: Optional[float] = None):
         """Logprobs as the rollouts sampled them (the training temperature) unless `temperature` is given."""
-        from sead_ray.training.grpo import forward_logprobs
-        t = self.settings.temperature if temperature is None else temperature
-        return lambda batch, with_entropy: forward_logprobs(engine, batch, self.device, with_entropy,
-                                                            entropy_grad=self.settings.entropy_coef > 0, temperature=t)
+        from sead_ray.training.grpo import ModelForward
+        return ModelForward(engine, self.device, self.settings.temperature if temperature is None else temperature,
+                            entropy_grad=self.settings.entropy_coef > 0)
 
     def step(self, request: StepRequest, shard: list[Sample]) -> RankStepResult:
         """One GRPO update over this rank's shard."""
         from sead_ray.training.grpo import gradient_norm, grpo_update, micro_batches
         from sead_ray.training.warm_start import reset_optimizer_state
         t0, s = time.perf_counter(), self.settings
-        batches = micro_batches(shard, s.micro_batch_size, self.pad_id, s.max_seq_len, pad_to=s.grad_accum_steps)
+        root = request.shared_root if self.shared_prefix else ()
+        batches = micro_batches(shard, s.micro_batch_size, self.pad_id, s.max_seq_len, pad_to=s.grad_accum_steps,
+                                root=root)
         self.engine.optimizer.param_groups[0]["lr"] = request.lr or s.lr   # one group; the warm start has its own rate
         norm_at_zero0 = None
 
@@ -135,9 +151,9 @@ class _Worker:
             if s.zero_stage == 0 and self.engine.is_gradient_accumulation_boundary():
                 norm_at_zero0 = gradient_norm(self.engine.module.parameters())
             self.engine.step()
-        result = grpo_update(self._logprob_fn(self.engine), backward_and_step, batches, s, rank=self.rank,
+        result = grpo_update(self._forward(self.engine), backward_and_step, batches, s, rank=self.rank,
                              world_size=self.world, global_tokens=request.global_tokens,
-                             reference=self._logprob_fn(self.ref) if self.ref is not None else None, device=self.device)
+                             reference=self._forward(self.ref) if self.ref is not None else None, root=root)
         if request.reset_optimizer_after:
             reset_optimizer_state(self.engine.optimizer)
         self.steps += 1
@@ -199,7 +215,7 @@ class _Worker:
         out = []
         with torch.no_grad():
             for b in micro_batches(samples, self.settings.micro_batch_size, self.pad_id, self.settings.max_seq_len):
-                lp, _ = self._logprob_fn(self.engine, request.temperature)(b, False)
+                lp, _ = self._forward(self.engine, request.temperature).logprobs(b, False)
                 for row, mask in zip(lp.cpu().tolist(), b.attention_mask[:, 1:].tolist()):
                     out.append([0.0] + [v for v, m in zip(row, mask) if m])
         return out
@@ -327,9 +343,13 @@ class TrainerGroup:
              ) -> StepMetrics:
         """One GRPO update on the batch (at `lr`, default train.lr; then the optimizer's state cleared if asked);
         returns the step's figures over the batch."""
+        from sead_ray.training.shared_prefix import shared_root
         t0 = time.perf_counter()
         shards = shard_samples(samples, self.world, self.settings.grad_accum_steps * self.settings.micro_batch_size)
-        results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples), lr, reset_optimizer_after), shards)
+        root = shared_root([s.token_ids for s in samples], [s.loss_mask for s in samples], self.settings.max_seq_len) \
+            if self.settings.shared_prefix == "auto" else []
+        results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples), lr, reset_optimizer_after, root),
+                                shards)
         return aggregate_step(results, time.perf_counter() - t0)
 
     def sync_weights(self, version: int, engines: Optional[Sequence[Any]] = None) -> SyncResult:

@@ -218,6 +218,12 @@ class TrainerConfig:
                                  "whole CPUs (at least 1). The engines idle while the trainer steps, so one CPU "
                                  "worker can use every core with a small bundle")
     backend: Literal["auto", "gloo", "nccl"] = option("auto")
+    shared_prefix: Literal["auto", "off"] = option("auto", doc="compute the tokens the calls of a step share (the "
+                                                   "system prompt; a group's scripted turns) once, with gradients, "
+                                                   "and continue each call from them: the same loss and gradients, "
+                                                   "fewer tokens through the model. auto: where the model supports "
+                                                   "it (Llama, Qwen2/3, Mistral, full attention), else off with a "
+                                                   "log line saying why")
     offload_optimizer: bool = option(False, doc="DeepSpeed ZeRO-Offload: Adam's states, the fp32 master weights and the "
                                  "gradient shards live in CPU memory and the optimizer steps there (GPU memory for "
                                  "long calls of large models, for a slower step)")

@@ -16,6 +16,7 @@ from typing import Any, Optional
 import torch
 
 from sead_ray.core.registry import Registry
+from sead_ray.training.shared_prefix import PrefixKV, batch_shared_len, prefix_forward, suffix_forward
 from sead_ray.training.trainer_protocol import ENTROPY_CHUNK_POSITIONS, RankStepResult, Sample, TrainerSettings
 
 # An estimator maps the batch's rewards [N] and group ids [N] to advantages [N].
@@ -125,6 +126,7 @@ class TrainBatch:
     loss_mask: torch.Tensor       # [B, L-1]
     old_logprobs: torch.Tensor    # [B, L-1]
     advantages: torch.Tensor      # [B]
+    shared_len: int = 0           # leading tokens every row shares, untrained (the shared-prefix path; 0: off)
 
 
 def collate(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]],
@@ -155,7 +157,8 @@ def collate(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[in
 
 
 def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_entropy: bool = False,
-                     entropy_grad: bool = False, temperature: float = 1.0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                     entropy_grad: bool = False, temperature: float = 1.0, past: Optional[PrefixKV] = None
+                     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Per-target logprobs [B, L-1] (and entropies) of a collated batch under a causal LM.
 
     Logits are computed only at the positions some row of the batch trains on (`logits_to_keep` as
@@ -164,7 +167,10 @@ def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_en
     no second full-vocabulary tensor is kept for backward. The entropy joins the autograd graph only
     when trained on (`entropy_grad`). `temperature` is the rollouts' sampling temperature: the policy
     being optimised is the one that sampled (logits / T), as the engines report it (vLLM's processed
-    logprobs)."""
+    logprobs).
+
+    With `past` (the keys and values of the batch's shared root, sead_ray.training.shared_prefix), the tokens
+    every row shares beyond it (`batch.shared_len`) are computed once, then each row's own suffix."""
     ids = batch.input_ids.to(device)
     B, L = ids.shape
     # position t predicts target t + 1; loss_mask is already indexed by t (L - 1 columns)
@@ -172,7 +178,15 @@ def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_en
     if len(trained) == 0:   # a padding micro-batch: one position keeps the graph (a collective) alive
         trained = torch.tensor([L - 2])
     trained = trained.to(device)
-    out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), logits_to_keep=trained)
+    if past is None:
+        out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), logits_to_keep=trained)
+    else:
+        start = batch.shared_len
+        if not past.length < start <= int(trained.min()):
+            raise ValueError(f"shared prefix of {start} tokens (root {past.length}) overlaps a trained position "
+                             f"({int(trained.min())})")
+        prefix = prefix_forward(model, ids[:1, past.length:start], past)
+        out = suffix_forward(model, ids[:, start:], prefix, trained - start)
     logits = out.logits.float()                                           # [B, trained positions, vocab]
     if temperature != 1.0:
         logits = logits / temperature
@@ -197,6 +211,24 @@ def forward_logprobs(model: Any, batch: TrainBatch, device: Any = "cpu", with_en
     return logprobs, entropy
 
 
+@dataclass
+class ModelForward:
+    """How the update reads one model (the policy, or the reference): logprobs of a micro-batch, after a shared
+    past if one is given, and the keys and values of a shared root."""
+    model: Any
+    device: Any = "cpu"
+    temperature: float = 1.0
+    entropy_grad: bool = False
+
+    def logprobs(self, batch: TrainBatch, with_entropy: bool, past: Optional[PrefixKV] = None
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        return forward_logprobs(self.model, batch, self.device, with_entropy, entropy_grad=self.entropy_grad,
+                                temperature=self.temperature, past=past)
+
+    def prefix(self, ids: Sequence[int]) -> PrefixKV:
+        return prefix_forward(self.model, torch.tensor([list(ids)], device=self.device))
+
+
 def gradient_norm(parameters: Any) -> float:
     """The L2 norm of all gradients together (what DeepSpeed's ZeRO optimizers report before clipping;
     at ZeRO-0 DeepSpeed computes it to clip and drops it, so the trainer asks here)."""
@@ -205,49 +237,76 @@ def gradient_norm(parameters: Any) -> float:
 
 
 def micro_batches(samples: Sequence[Sample], micro_batch_size: int, pad_id: int, max_len: Optional[int] = None,
-                  pad_to: Optional[int] = None) -> list[TrainBatch]:
+                  pad_to: Optional[int] = None, root: Sequence[int] = ()) -> list[TrainBatch]:
     """Collated micro-batches, padded to `pad_to` with empty-mask samples: every rank must run the same
-    number of forward passes (under ZeRO-3 they are collectives)."""
+    number of forward passes (under ZeRO-3 they are collectives).
+
+    With a shared `root` (every sample starts with it; sead_ray.training.shared_prefix.shared_root), the samples are
+    formed along the prefix tree: sorted by their tokens, so that calls sharing more than the root (a group's
+    opening, its scripted turns) share a micro-batch, and each batch records how many leading tokens its rows
+    share; a padding sample is the root and three pads."""
+    if root:
+        samples = sorted(samples, key=lambda s: s.token_ids)
     chunks = [list(samples[i:i + micro_batch_size]) for i in range(0, len(samples), micro_batch_size)]
     if pad_to is not None:
         if len(chunks) > pad_to:
             raise ValueError(f"{len(chunks)} micro-batches, more than the {pad_to} configured")
-        chunks += [[Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)]] * (pad_to - len(chunks))
-    return [collate([s.token_ids for s in c], [s.loss_mask for s in c], [s.rollout_logprobs for s in c],
-                    [s.advantage for s in c], pad_id=pad_id, max_len=max_len) for c in chunks]
+        padding = [*root, pad_id, pad_id, pad_id] if root else [pad_id, pad_id]
+        chunks += [[Sample(padding, [0] * len(padding), [0.0] * len(padding), 0.0)]] * (pad_to - len(chunks))
+    batches = []
+    for c in chunks:
+        batch = collate([s.token_ids for s in c], [s.loss_mask for s in c], [s.rollout_logprobs for s in c],
+                        [s.advantage for s in c], pad_id=pad_id, max_len=max_len)
+        if root:
+            batch.shared_len = batch_shared_len([s.token_ids[:max_len] for s in c], [s.loss_mask[:max_len] for s in c],
+                                                len(root))
+        batches.append(batch)
+    return batches
 
 
-LogprobFn = Callable[[TrainBatch, bool], tuple[torch.Tensor, Optional[torch.Tensor]]]
-
-
-def grpo_update(policy: LogprobFn, backward_and_step: Callable[[torch.Tensor], None], batches: Sequence[TrainBatch],
+def grpo_update(policy: ModelForward, backward_and_step: Callable[[torch.Tensor], None], batches: Sequence[TrainBatch],
                 settings: TrainerSettings, *, rank: int, world_size: int, global_tokens: int,
-                reference: Optional[LogprobFn] = None, device: Any = "cpu") -> RankStepResult:
+                reference: Optional[ModelForward] = None, root: Sequence[int] = ()) -> RankStepResult:
     """One rank's GRPO update over its micro-batches (`settings.ppo_epochs` passes).
 
     The loss of a micro-batch is its token sum over all agent tokens of the global batch, times
     world x accumulation steps: DeepSpeed averages gradients over ranks and scales each micro-batch by
-    1/accumulation steps, so the applied gradient is that of the exact token-level mean of the batch."""
+    1/accumulation steps, so the applied gradient is that of the exact token-level mean of the batch.
+
+    With a shared `root` (the batches of `micro_batches(..., root=root)`), its keys and values are computed once per
+    pass: all micro-batches but the last read detached copies, the last reads the root itself, and the root's
+    backward runs once with every micro-batch's gradient (sead_ray.training.shared_prefix.PrefixKV)."""
+    device = policy.device
     normalizer = max(1, global_tokens) / (world_size * settings.grad_accum_steps)
+
+    def logprobs_of(forward: ModelForward) -> list[torch.Tensor]:
+        past = forward.prefix(root) if root else None
+        return [forward.logprobs(b, False, past)[0] for b in batches]
     # Old logprobs: with one epoch the policy that sampled is the one being updated, so the current
     # forward pass detached is exact; with more epochs they are recomputed once before updating.
     old = refs = None
     with torch.no_grad():
         if settings.ppo_epochs > 1:
-            old = [policy(b, False)[0] for b in batches]
+            old = logprobs_of(policy)
         if reference is not None:
-            refs = [reference(b, False)[0] for b in batches]
+            refs = logprobs_of(reference)
     result = RankStepResult(rank, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
                             seq_tokens=int(sum(int(b.attention_mask.sum()) for b in batches)))
     for epoch in range(settings.ppo_epochs):
+        shared = policy.prefix(root) if root else None
         for i, b in enumerate(batches):
-            logprobs, entropy = policy(b, True)
+            past = None
+            if shared is not None:
+                past = shared.joined() if i == len(batches) - 1 else shared.leaves()
+            logprobs, entropy = policy.logprobs(b, True, past)
             mask = b.loss_mask.to(device)
             old_lp = old[i] if old is not None else logprobs.detach()
             loss, s = policy_loss(logprobs, old_lp, b.advantages.to(device), mask, settings.clip_eps,
                                   ref_logprobs=refs[i] if refs is not None else None, kl_coef=settings.kl_coef,
                                   entropy=entropy, entropy_coef=settings.entropy_coef, normalizer=normalizer)
             backward_and_step(loss)
+            if shared is not None:
+                shared.collect_leaf_grads()
             if epoch == 0:   # figures of the policy that sampled, incl. rollout (vLLM) vs trainer logprobs
                 diff = (logprobs.detach() - b.old_logprobs.to(device)).abs() * mask
                 result.mismatch_sum += float(diff.sum())

@@ -54,6 +54,7 @@ class TrainerSettings:
     temperature: float = 1.0     # the agent's sampling temperature in training rollouts
     threads: int = 0             # torch threads per rank; 0 = Ray's default (the bundle's whole CPUs, at least 1)
     offload_optimizer: bool = False   # ZeRO-Offload: optimizer states and gradient shards in CPU memory
+    shared_prefix: str = "off"   # trainer.shared_prefix: auto computes a step's shared prefix once (training.shared_prefix)
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str, role: str = "agent") -> TrainerSettings:
@@ -69,7 +70,8 @@ class TrainerSettings:
                    grad_clip=t.grad_clip, clip_eps=t.clip_eps, kl_coef=t.kl_coef, entropy_coef=t.entropy_coef,
                    ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing,
                    temperature=ROLES[role].sampling(cfg).temperature,
-                   threads=cfg.trainer.threads_per_worker, offload_optimizer=cfg.trainer.offload_optimizer)
+                   threads=cfg.trainer.threads_per_worker, offload_optimizer=cfg.trainer.offload_optimizer,
+                   shared_prefix=cfg.trainer.shared_prefix)
 
 
 # DeepSpeed's buffers, bounded (in elements; its defaults are sized for throughput, not for a GPU that the
@@ -129,6 +131,9 @@ class StepRequest:
     global_tokens: int            # agent tokens of the whole batch: the loss is their mean
     lr: Optional[float] = None    # this step's learning rate (the warm start has its own); None: the configured
     reset_optimizer_after: bool = False   # the warm start's last step: its Adam moments are not self-play's
+    # the tokens every call of the batch shares (training.shared_prefix.shared_root), computed once per pass by every
+    # rank that can (trainer.shared_prefix); () : every call in full
+    shared_root: list[int] = field(default_factory=list)
 
 
 @dataclass

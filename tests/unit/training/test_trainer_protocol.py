@@ -4,7 +4,7 @@ very code each rank runs: sharding, padded micro-batches, `grpo_update`, `aggreg
 import pytest
 import torch
 
-from sead_ray.training.grpo import collate, forward_logprobs, grpo_update, micro_batches, policy_loss
+from sead_ray.training.grpo import ModelForward, collate, forward_logprobs, grpo_update, micro_batches, policy_loss
 from sead_ray.training.trainer_protocol import (
     RankStepResult,
     Sample,
@@ -52,11 +52,8 @@ def _run_ranks(model, ref, samples, settings, world):
     global_tokens = sum(sum(s.loss_mask) for s in samples)
     scale = 1.0 / (world * settings.grad_accum_steps)
 
-    def policy(batch, with_entropy):
-        return forward_logprobs(model, batch, with_entropy=with_entropy, entropy_grad=settings.entropy_coef > 0)
-
-    def reference(batch, with_entropy):
-        return forward_logprobs(ref, batch)
+    policy = ModelForward(model, entropy_grad=settings.entropy_coef > 0)
+    reference = ModelForward(ref)
     results = []
     for rank, shard in enumerate(shards):
         batches = micro_batches(shard, settings.micro_batch_size, PAD, pad_to=settings.grad_accum_steps)
