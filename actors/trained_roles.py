@@ -258,10 +258,22 @@ class TrainingSystem:
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
                                curriculum: Optional[dict] = None) -> dict:
         timeout = self.roles.cfg.ray.call_timeout_s
+        extra = {**extra, **await self.agent_prefix_cache(timeout)}
         row = await answer_within(self.roles.stats.record_iteration.remote(iteration, phase, records, extra, curriculum),
                                   timeout, "the stats actor")
         await answer_within(self.roles.stats.record_roles.remote(self.roles.health()), timeout, "the stats actor")
         return row
+
+    async def agent_prefix_cache(self, timeout: float) -> dict:
+        """The agent engines' prefix-cache hit rate since the last record (their calls' shared system prompt and
+        turns, reused by vLLM while generating; the trainer's shared prefix is its counterpart in training): pooled
+        over the engines that answer (a dead one is replaced at the next weight sync), `{}` for an agent behind an
+        endpoint or with no lookups."""
+        answers = await asyncio.gather(*(answer_within(a.engine_load.remote(True), timeout, "an agent engine")
+                                         for a in self.roles.agents.actors.values()), return_exceptions=True)
+        windows = [w for w in answers if isinstance(w, dict)]
+        queries = sum(w["prefix_queries"] for w in windows)
+        return {"agent_prefix_cache_hit_rate": sum(w["prefix_hits"] for w in windows) / queries} if queries else {}
 
     async def stop(self) -> None:
         # the trainers and the rollout roles share nothing once the loop has ended: stopped side by side

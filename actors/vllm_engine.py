@@ -107,7 +107,8 @@ class EngineLoad:
         wall = max(time.perf_counter() - self.since, 1e-9)
         figures = {"wall_s": wall, "busy_fraction": self.busy_s / wall,
                    "mean_running": self.running_s / max(self.busy_s, 1e-9),
-                   "prefix_hit_rate": self.prefix_hits / max(self.prefix_queries, 1)}
+                   "prefix_hit_rate": self.prefix_hits / max(self.prefix_queries, 1),
+                   "prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits}
         if reset:
             self.reset()
         return figures
@@ -351,9 +352,10 @@ def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: in
 
     from sead_ray.agent.prompt import agent_system_prompt
     from sead_ray.ops import memory_plan
+    from sead_ray.ops.model_shape import ModelShape
     from sead_ray.scenario.scenario import load_scenario
     from sead_ray.user.simulators import user_on_engine
-    shape = memory_plan.ModelShape.from_hf_config(Path(model_path) / "config.json")
+    shape = ModelShape.from_hf_config(Path(model_path) / "config.json")
     prompt_tokens = len(agent_system_prompt(load_scenario(cfg.resolve_path(cfg.scenario)))) // 3
     user_engines = cfg.user.engines if isinstance(cfg.user.engines, int) else 1
     engines = cfg.agent.engines + (user_engines if user_on_engine(cfg.user) else 0)
@@ -375,9 +377,10 @@ def engine_gpu_memory_utilization(cfg: Any, role: str, model_path: str, tensor_p
     from pathlib import Path
 
     from sead_ray.ops import memory_plan
+    from sead_ray.ops.model_shape import model_shape
     device = memory_plan.device_memory_bytes(cfg)
     try:
-        shape = memory_plan.model_shape(model_path, Path(model_path))
+        shape = model_shape(model_path, Path(model_path))
     except ValueError:
         device = None
     return 0.0 if device is None else memory_plan.engine_memory_utilization(cfg, shape, tensor_parallel, device,

@@ -27,6 +27,11 @@ past a failure; the JSON (--out) is written again after every check.
               max_memory_allocated per phase against the plan's lines for the same shape and config
   logprobs    the trainer's bf16 logprobs against an fp32 reference of the same weights
   throughput  trained tokens/s and step time over --steps steps
+  shared_prefix  the trainer's shared prefix (sead_ray.training.shared_prefix) against the per-call path: 4 calls
+              sharing a system prompt of half the call, two of them a scripted turn more, 2 micro-batches; logprobs
+              and gradients of one GRPO update, in the model's dtype (bf16 on a GPU: max |logprob difference|
+              <= 0.05 and gradients within a relative 0.02, the rounding of bf16 over two orders of summation; fp32
+              on CPU: 1e-4 and 1e-4), and both paths' time
 """
 from __future__ import annotations
 
@@ -260,7 +265,8 @@ def main(args) -> dict:
         m = build_model(args, dtype)
         state["model"] = m
         params = sum(p.numel() for p in m.parameters())
-        from sead_ray.ops.memory_plan import ModelShape, trainer_plan
+        from sead_ray.ops.memory_plan import trainer_plan
+        from sead_ray.ops.model_shape import ModelShape
         shape = ModelShape("cut", args.layers, args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab)
         state["shape"], state["plan"] = shape, trainer_plan(plan_config(args, dtype_name), shape)
         out = {"params_m": round(params / 1e6, 1), "plan_params_m": round(shape.params / 1e6, 1),
@@ -387,6 +393,52 @@ def main(args) -> dict:
         return {"steps": args.steps, "best_step_s": round(best, 4), "seq_tokens_per_s": round(args.seq / best, 1),
                 "trained_tokens_per_s": round(int(mask.sum()) / best, 1)}
     checks.run("throughput", throughput)
+
+    def shared_prefix():
+        if "model" not in state:
+            raise SkipCheck("no model (the model check failed)")
+        from sead_ray.training.grpo import ModelForward, grpo_update, micro_batches
+        from sead_ray.training.shared_prefix import install, shared_root
+        from sead_ray.training.trainer_protocol import Sample, TrainerSettings
+        m, g = state["model"], torch.Generator().manual_seed(5)
+        install(m)
+        system = torch.randint(1, args.vocab, (args.seq // 2,), generator=g).tolist()
+        scripted = torch.randint(1, args.vocab, (args.seq // 8,), generator=g).tolist()
+        samples = []
+        for i in range(4):
+            n = args.seq // 4 + 16 * i
+            ids = system + (scripted if i < 2 else []) + torch.randint(1, args.vocab, (n,), generator=g).tolist()
+            mask = [0] * (len(ids) - n) + [1 if (j // 32) % 2 else 0 for j in range(n)]
+            samples.append(Sample(ids, mask, [-1.0 if x else 0.0 for x in mask], 1.0 if i % 2 else -0.5))
+        settings = TrainerSettings(model_path="", seed=0, dtype=dtype_name, lr=0.0, zero_stage=0, micro_batch_size=2,
+                                   grad_accum_steps=2, grad_clip=1.0, clip_eps=0.2, kl_coef=0.0, entropy_coef=0.0,
+                                   ppo_epochs=1, max_seq_len=args.seq, gradient_checkpointing=args.checkpointing)
+        runs = {}
+        for name, root in (("per_call", []), ("shared", shared_root([s.token_ids for s in samples],
+                                                                     [s.loss_mask for s in samples], args.seq))):
+            m.zero_grad(set_to_none=True)
+            batches = micro_batches(samples, 2, 0, args.seq, pad_to=2, root=root)
+            t0 = time.perf_counter()
+            result = grpo_update(ModelForward(m, args.device), lambda loss: (loss / 2).backward(), batches, settings,
+                                 rank=0, world_size=1, global_tokens=sum(sum(s.loss_mask) for s in samples), root=root)
+            if cuda:
+                torch.cuda.synchronize()
+            runs[name] = (time.perf_counter() - t0, result, {n: p.grad.float() for n, p in m.named_parameters()
+                                                              if p.grad is not None})
+        (t_call, want, want_g), (t_shared, got, got_g) = runs["per_call"], runs["shared"]
+        m.zero_grad(set_to_none=True)
+        # the summed |logprob - rollout logprob| over the same tokens: equal logprobs give equal sums
+        logprob_diff = abs(got.mismatch_sum - want.mismatch_sum) / max(1, want.tokens)
+        grad_diff = max(float((got_g[n] - want_g[n]).norm() / want_g[n].norm().clamp(min=1e-30)) for n in want_g)
+        limits = (0.05, 0.02) if dtype_name == "bfloat16" else (1e-4, 1e-4)
+        out = {"dtype": dtype_name, "mean_logprob_diff": logprob_diff, "max_grad_rel_diff": grad_diff,
+               "tolerance": list(limits), "per_call_s": round(t_call, 3), "shared_s": round(t_shared, 3),
+               "speedup": round(t_call / t_shared, 2), "root_tokens": len(shared_root(
+                   [s.token_ids for s in samples], [s.loss_mask for s in samples], args.seq))}
+        if logprob_diff > limits[0] or grad_diff > limits[1]:
+            raise AssertionError(f"the shared prefix differs from the per-call path beyond {limits}: {out}")
+        return out
+    checks.run("shared_prefix", shared_prefix)
 
     failed = [k for k, v in checks.results.items() if v["status"] == "fail"]
     checks.results["summary"] = {"status": "fail" if failed else "ok", "failed": failed,

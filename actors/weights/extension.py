@@ -54,9 +54,6 @@ class WeightReloadExtension:
         self.sead_watch_received(False)
         return None if received is None else received.to_plain()
 
-    def sead_ping(self) -> str:
-        return "ok"
-
 
 def refresh_tied_lm_head(model: Any) -> None:
     """vLLM 0.32 on CPU packs the lm_head GEMM at load time; with tied embeddings (SmolLM2) a reload

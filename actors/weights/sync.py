@@ -325,7 +325,7 @@ def make_transport(name: str, *, engines: list, rank: int, bucket_mb: int, worke
 def trained_weight_bytes(cfg: Any, agent_model: str, user_model: Optional[str] = None) -> int:
     """What a one-node transport (shm) holds in /dev/shm: each trained model's weights, in the configured dtype
     (the agent's; the simulator's too under user.train). 0 for other transports, or when a size is unknown."""
-    from sead_ray.ops.memory_plan import DTYPE_BYTES, reference_shape
+    from sead_ray.ops.model_shape import DTYPE_BYTES, reference_shape
     if not WEIGHT_TRANSPORTS.get(cfg.weight_sync.transport).one_node:
         return 0
     models = [agent_model] + ([user_model or cfg.models.user] if cfg.user.train else [])

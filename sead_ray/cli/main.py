@@ -268,7 +268,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from sead_ray.ops.memory_plan import device_memory_bytes, fit_problems, format_plan, plan_roles, reference_shape
+    from sead_ray.ops.memory_plan import device_memory_bytes, fit_problems, format_plan, plan_roles
+    from sead_ray.ops.model_shape import reference_shape
     cfg, _ = load(args.config, args.overrides)
 
     def shape(reference: str):

@@ -16,87 +16,18 @@ what no line counts); `sead-ray plan` refuses a config where one does not (exit 
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from sead_ray.core.roles import trained_roles
+from sead_ray.ops.model_shape import DTYPE_BYTES, GIB, ModelShape
 from sead_ray.training.trainer_protocol import (
     ENTROPY_CHUNK_POSITIONS,
     MAX_LIVE_PARAMETERS,
     REDUCE_BUCKET_ELEMENTS,
     SUB_GROUP_ELEMENTS,
 )
-
-GIB = 2**30
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-@dataclass
-class ModelShape:
-    name: str
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    tied_embeddings: bool = False
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def layer_params(self) -> int:
-        attention = self.hidden * self.hidden * 2 + self.hidden * self.kv_heads * self.head_dim * 2
-        return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
-
-    @property
-    def params(self) -> int:
-        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return self.layers * self.layer_params + embeddings + self.hidden
-
-    @classmethod
-    def from_hf_config(cls, path: Path) -> ModelShape:
-        c = json.loads(Path(path).read_text())
-        return cls(c.get("_name_or_path") or Path(path).parent.name, c["num_hidden_layers"], c["hidden_size"],
-                   c["intermediate_size"], c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"]),
-                   c["vocab_size"], bool(c.get("tie_word_embeddings", False)))
-
-
-# Shapes of models a config may name before they are downloaded (config.json of each).
-KNOWN_SHAPES = {
-    "Qwen2.5-0.5B-Instruct": ModelShape("Qwen2.5-0.5B-Instruct", 24, 896, 4864, 14, 2, 151936, True),
-    "Qwen2.5-7B-Instruct": ModelShape("Qwen2.5-7B-Instruct", 28, 3584, 18944, 28, 4, 152064),
-    "Qwen2.5-14B-Instruct": ModelShape("Qwen2.5-14B-Instruct", 48, 5120, 13824, 40, 8, 152064),
-    "Qwen2.5-72B-Instruct": ModelShape("Qwen2.5-72B-Instruct", 80, 8192, 29568, 64, 8, 152064),
-}
-
-
-def model_shape(reference: str, folder: Optional[Path]) -> ModelShape:
-    """From the model folder's config.json, else from the known shapes by the reference's last name."""
-    if folder is not None and (Path(folder) / "config.json").exists():
-        return ModelShape.from_hf_config(Path(folder) / "config.json")
-    name = Path(reference).name
-    if name in KNOWN_SHAPES:
-        return KNOWN_SHAPES[name]
-    raise ValueError(f"no config.json for {reference!r} and no known shape for {name!r} "
-                     f"(known: {', '.join(KNOWN_SHAPES)})")
-
-
-def reference_shape(reference: str) -> ModelShape:
-    """The shape of the model a config names: from its local folder (an embedded model is provisioned), else,
-    for a reference that is no local model, from the known shapes (ValueError when neither has it)."""
-    from sead_ray.core.models import ModelError, resolve_model
-    try:
-        folder = resolve_model(reference)
-    except ModelError:
-        folder = None
-    return model_shape(reference, folder)
-
 
 # The device, beyond what torch's allocator reports: the CUDA context of a process (with lazy module loading)
 # and the buffers of one NCCL communicator; vLLM's captured CUDA graphs. Upper estimates;
@@ -111,6 +42,9 @@ PREFILL_CHUNK_TOKENS = 8192
 # float32 logits, their gradient, logsumexp's softmax in backward and the bf16 copies on each side: bytes
 # per trained position and vocabulary entry (grpo.forward_logprobs)
 LOGIT_BYTES = 16
+# The system prompt every call of a step shares, as the plan assumes it (the demo's is 639 tokens): with
+# trainer.shared_prefix on, its activations are held once per micro-batch pass, not once per row
+SHARED_PREFIX_TOKENS = 1024
 
 
 def trained_positions(cfg: Any) -> int:
@@ -130,7 +64,10 @@ def trainer_plan(cfg: Any, m: ModelShape, rank0: bool = True) -> dict[str, float
     seq, mbs = cfg.train.max_seq_len, cfg.train.micro_batch_size
     master = 4 if b < 4 else 0                       # fp32 master weights next to bf16 ones
     optimizer_shard = m.params / (world if cfg.trainer.zero_stage >= 1 else 1)
-    layer_activations = 34 * seq * mbs * m.hidden * b // 2   # Korthikanti et al., flash attention (no s^2 term)
+    # the shared prefix (trainer.shared_prefix, assumed of SHARED_PREFIX_TOKENS) is held once, not once per row
+    shared = min(SHARED_PREFIX_TOKENS, seq // 2) if cfg.trainer.shared_prefix == "auto" else 0
+    held = shared + mbs * (seq - shared)
+    layer_activations = 34 * held * m.hidden * b // 2   # Korthikanti et al., flash attention (no s^2 term)
     embedding = m.vocab * m.hidden * b
     positions = trained_positions(cfg)
     plan = {
@@ -149,8 +86,9 @@ def trainer_plan(cfg: Any, m: ModelShape, rank0: bool = True) -> dict[str, float
         # forward and backward) and the lm_head's full-size gradient before it is reduce-scattered
         "embeddings + lm_head gathered, full-size gradient": ((1 if m.tied_embeddings else 2) * embedding + embedding
                                                               if zero3 else embedding),
-        "activations (1 micro-batch)": (m.layers * seq * mbs * m.hidden * b + layer_activations
-                                        if cfg.train.gradient_checkpointing else m.layers * layer_activations),
+        "activations (1 micro-batch" + (f"; a {shared:,}-token shared prefix once)" if shared else ")"):
+            m.layers * held * m.hidden * b + layer_activations if cfg.train.gradient_checkpointing
+            else m.layers * layer_activations,
         f"logits of trained positions ({positions:,})": positions * m.vocab * LOGIT_BYTES,
     }
     if cfg.train.entropy_coef > 0:    # the entropy is trained: a softmax and its product kept for backward
@@ -158,6 +96,9 @@ def trainer_plan(cfg: Any, m: ModelShape, rank0: bool = True) -> dict[str, float
     else:                             # only reported: chunks without grad
         plan[f"entropy, reported ({ENTROPY_CHUNK_POSITIONS}-position chunks)"] = (
             2 * mbs * min(positions, ENTROPY_CHUNK_POSITIONS) * m.vocab * 4)
+    if shared:   # its keys and values expanded over the micro-batch's rows and joined to theirs; an fp32 gradient sum
+        plan["shared prefix: keys and values over the rows"] = shared * 2 * m.layers * m.kv_heads * m.head_dim * (
+            2 * mbs * b + 4)
     if cfg.train.kl_coef > 0:
         plan["reference model (shard)"] = m.params * b / shard
     if cfg.placement.trainer.gpus > 0:

@@ -143,14 +143,16 @@ class Monitor:
 def start_monitor(out: Path, ray_temp_dir: Path, port: int, grafana_port: int, scrape_interval: str,
                   prometheus_bin: str = "prometheus", grafana_bin: Optional[str] = None,
                   grafana_home: Optional[str] = None) -> Monitor:
-    """Start Prometheus (and Grafana when `grafana_bin` is given) and wait until they answer."""
+    """Start Prometheus (and Grafana when `grafana_bin` is given) and wait until they answer. The arguments are
+    checked before the machine: a bad --scrape-interval is named even where Prometheus is not installed."""
+    scrape_config = prometheus_config(ray_temp_dir, scrape_interval)
     prometheus = shutil.which(prometheus_bin)
     if prometheus is None:
         raise ConfigError(f"no Prometheus binary {prometheus_bin!r} on PATH: install it (Debian/Ubuntu: "
                           "apt-get install prometheus) or pass --prometheus PATH")
     out.mkdir(parents=True, exist_ok=True)
     config = out / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(ray_temp_dir, scrape_interval)))
+    config.write_text(yaml.safe_dump(scrape_config))
     monitor = Monitor(out, f"http://127.0.0.1:{port}")
     monitor.start("prometheus", [prometheus, f"--config.file={config}", f"--storage.tsdb.path={out / 'prometheus'}",
                                  f"--web.listen-address=127.0.0.1:{port}"])

@@ -124,7 +124,7 @@ def checkpoints_on_disk(cfg: Any) -> int:
 
 def run_disk_bytes(cfg: Any, trained: list) -> float:
     """Bytes of the run's checkpoints at their fullest: `sead-ray plan`'s checkpoint (HF weights + DeepSpeed state) of
-    each trained model (memory_plan.ModelShape), times the checkpoints on disk at once."""
+    each trained model (ops.model_shape.ModelShape), times the checkpoints on disk at once."""
     from sead_ray.ops.memory_plan import checkpoint_bytes
     return sum(sum(checkpoint_bytes(cfg, model)) for model in trained) * checkpoints_on_disk(cfg)
 
@@ -197,7 +197,7 @@ class Doctor:
         from actors.rollout_roles import unshared_run_dir_nodes
         from actors.weights.sync import shm_free_bytes, trained_weight_bytes, transport_placement_problem
         from sead_ray.core.roles import trained_roles
-        from sead_ray.ops.memory_plan import reference_shape
+        from sead_ray.ops.model_shape import reference_shape
         weight_bytes = trained_weight_bytes(self.cfg, self.paths["agent"], self.paths.get("user"))
         problem = transport_placement_problem(self.cfg, [n for n in ray.nodes() if n.get("Alive")], weight_bytes,
                                               shm_free_bytes)

@@ -197,7 +197,7 @@ class SelfEvolutionLoop:
         script = RolloutEndpoints(ScriptAgent(self.scenario, HONEST), endpoints.users, None, endpoints.engines)
         draws = ProfileController(self.scenario, replace(self.cfg.curriculum, mode="uniform", depth="off"),
                                   self.cfg.seed + WARM_START_SEED)
-        version, calls, nll = self.done.version("agent"), [], []
+        version, calls, nll, step_s = self.done.version("agent"), [], [], []
         for step in range(1, train.warm_start_steps + 1):
             rollout = await self._unless_stopped(run_dialogues(
                 script, self.cfg, self.scenario, draws.sample(train.warm_start_calls), iteration=0,
@@ -216,17 +216,17 @@ class SelfEvolutionLoop:
             version = (await self.system.publish("agent")).version
             # the samples' "rollout" logprobs are 0, so the trainer's mismatch is the script turns' mean NLL
             nll.append(metrics.logprob_mismatch_mean)
-            log.info("warm start step %d/%d: %d script calls won of %d, NLL of their turns %.3f (%d tokens); "
+            step_s.append(round(metrics.step_s, 2))
+            log.info("warm start step %d/%d: %d script calls won of %d, NLL of their turns %.3f (%d tokens), step %.0f s; "
                      "weights v%d", step, train.warm_start_steps, len(samples), len(rollout.played), nll[-1] or 0.0,
-                     metrics.agent_tokens, version)
+                     metrics.agent_tokens, metrics.step_s, version)
         self.done = TrainState(0, self.done.controller, {**self.done.versions, "agent": version})
         self.weights_ahead = False
         played = RolloutResult(calls, 0.0, 0, endpoints.engines)
         records = write_dialogues(self.run_dir / "dialogues" / "warm_start.jsonl", played, self.scenario)
-        await self.system.record_iteration(0, "warm_start", records, {"warm_start": train.warm_start,
-                                                                       "warm_start_steps": train.warm_start_steps,
-                                                                       "policy_version": version,
-                                                                       "warm_start_nll": nll})
+        await self.system.record_iteration(0, "warm_start", records, {
+            "warm_start": train.warm_start, "warm_start_steps": train.warm_start_steps, "policy_version": version,
+            "warm_start_nll": nll, "warm_start_step_s": step_s})
         await self.save(force=True)
 
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:

@@ -148,10 +148,6 @@ class Folder:
         text = path.resolve().relative_to(self.root).as_posix()
         return text if text != "." else ""
 
-    def child(self, rel_dir: str, name: str) -> Path:
-        """A file of a listed folder (rel_dir '' is the root itself)."""
-        return self.path(f"{rel_dir}/{name}" if rel_dir else name, must_exist=False)
-
     def index(self, path: Path, kind: str, summarize: Callable[[Any], Any]) -> LineIndex:
         """The (cached, refreshed) line index of a file inside the folder; `kind` names the summarizer."""
         with self._lock:

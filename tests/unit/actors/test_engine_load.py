@@ -20,6 +20,8 @@ def test_busy_fraction_mean_batch_and_prefix_hits_of_a_window(monkeypatch):
     assert window["busy_fraction"] == pytest.approx(2.0 / 10.0)            # t=1..3 only
     assert window["mean_running"] == pytest.approx((4 * 1 + 2 * 1) / 2.0)  # while busy
     assert window["prefix_hit_rate"] == pytest.approx(100 / 150)
+    # the counts too: the run pools them over its engines (agent_prefix_cache_hit_rate in metrics.jsonl)
+    assert (window["prefix_queries"], window["prefix_hits"]) == (150, 100)
 
 
 def test_a_new_window_starts_empty(monkeypatch):

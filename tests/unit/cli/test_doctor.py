@@ -62,7 +62,7 @@ def test_run_disk_bytes_counts_weights_twice_and_adams_state_per_checkpoint():
     from tests.conftest import tiny_config
     cfg = tiny_config("train.keep_checkpoints=2", "models.dtype=bfloat16")
     # per parameter: the HF folder and DeepSpeed's module states (2 x 2 bytes) and fp32 master, m, v (12 bytes)
-    from sead_ray.ops.memory_plan import KNOWN_SHAPES
+    from sead_ray.ops.model_shape import KNOWN_SHAPES
     model = KNOWN_SHAPES["Qwen2.5-0.5B-Instruct"]
     assert run_disk_bytes(cfg, [model]) == 3 * model.params * (2 * 2 + 12)
     assert run_disk_bytes(cfg, [model, model]) == 2 * run_disk_bytes(cfg, [model])   # a trained simulator too

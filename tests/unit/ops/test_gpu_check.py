@@ -9,7 +9,8 @@ import sys
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
-CHECKS = ["device", "context", "allocator", "nccl", "model", "logits_to_keep", "grpo_step", "logprobs", "throughput"]
+CHECKS = ["device", "context", "allocator", "nccl", "model", "logits_to_keep", "grpo_step", "logprobs", "throughput",
+          "shared_prefix"]
 
 
 def test_gpu_check_runs_on_cpu_with_one_line_per_check_and_its_json(tmp_path):
@@ -23,13 +24,17 @@ def test_gpu_check_runs_on_cpu_with_one_line_per_check_and_its_json(tmp_path):
     assert list(results) == CHECKS + ["summary"]
     status = {k: results[k]["status"] for k in CHECKS}
     assert status == {"device": "ok", "context": "skip", "allocator": "skip", "nccl": "ok", "model": "ok",
-                      "logits_to_keep": "ok", "grpo_step": "ok", "logprobs": "skip", "throughput": "ok"}
+                      "logits_to_keep": "ok", "grpo_step": "ok", "logprobs": "skip", "throughput": "ok",
+                      "shared_prefix": "ok"}
     assert all("CUDA" in results[k]["reason"] or "GPU" in results[k]["reason"] for k in CHECKS if status[k] == "skip")
     # the weight path: packed into weight_sync.bucket_mb buffers, broadcast and unpacked bit for bit (gloo here)
     assert results["nccl"]["identical"] is True and results["nccl"]["backend"] == "gloo"
     # the model built from a config has the parameter count the plan computes for its shape
     assert results["model"]["params_m"] == results["model"]["plan_params_m"]
     assert results["grpo_step"]["trained_tokens"] == 128 and results["throughput"]["trained_tokens_per_s"] > 0
+    # the shared prefix against the per-call path, in fp32 here (bf16 on a GPU, with its own tolerance)
+    shared = results["shared_prefix"]
+    assert shared["dtype"] == "float32" and shared["max_grad_rel_diff"] <= 1e-4 and shared["root_tokens"] > 0
     # the versions a GPU result depends on (no driver on CPU)
     import torch
     import transformers

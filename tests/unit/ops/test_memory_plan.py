@@ -10,10 +10,7 @@ import pytest
 
 from sead_ray.core.config import load_config
 from sead_ray.ops.memory_plan import (
-    GIB,
-    KNOWN_SHAPES,
     LOGIT_BYTES,
-    ModelShape,
     auto_kv_cache_mb,
     checkpoint_bytes,
     device_memory_bytes,
@@ -27,6 +24,7 @@ from sead_ray.ops.memory_plan import (
     usable_bytes,
     weight_receive_bytes,
 )
+from sead_ray.ops.model_shape import GIB, KNOWN_SHAPES, ModelShape
 from tests.conftest import ROOT
 
 
@@ -91,6 +89,22 @@ def test_entropy_softmax_is_counted_only_when_trained():
     assert chunk == 2 * 256 * QWEN14.vocab * 4 and not any(k.startswith("entropy softmax") for k in items)
     trained = trainer_plan(load_config(PAPER, ["train.entropy_coef=0.01"]), QWEN14)
     assert trained["entropy softmax (entropy_coef > 0)"] == 2 * 3840 * QWEN14.vocab * 4 > 10 * chunk
+
+
+def test_the_shared_prefix_is_held_once_per_micro_batch_in_the_plan():
+    """trainer.shared_prefix changes the activations line: the shared prefix's activations once, not once per row,
+    and its keys and values over the rows as a line of their own."""
+    def plan(mode: str, mbs: int) -> dict:
+        return trainer_plan(load_config(PAPER, [f"trainer.shared_prefix={mode}", f"train.micro_batch_size={mbs}"]),
+                            QWEN14)
+
+    def activations(p: dict) -> float:
+        return next(v for k, v in p.items() if k.startswith("activations"))
+    off, on = plan("off", 4), plan("auto", 4)
+    assert not any("shared prefix" in k for k in off)
+    assert any("1,024-token shared prefix once" in k for k in on) and on["shared prefix: keys and values over the rows"] > 0
+    assert activations(on) < 0.85 * activations(off)     # 3 of the 4 rows' prefix activations are not held
+    assert activations(plan("auto", 1)) == activations(plan("off", 1))   # one row: the prefix is held once either way
 
 
 def test_the_plan_refuses_what_does_not_fit_naming_the_role_and_the_shortfall():
