@@ -37,6 +37,8 @@ def parse_args():
     source.add_argument("--run", help="a finished run directory (config.yaml, dialogues/, checkpoints/)")
     source.add_argument("--paper", action="store_true", help="a paper-shaped synthetic batch on the tiny model")
     p.add_argument("--iteration", type=int, default=1, help="with --run: the iteration whose calls make the batch")
+    p.add_argument("--all-calls", action="store_true", help="with --run: every call of the iteration, also those of "
+                   "groups that all ended alike (the step without train.drop_no_signal_calls)")
     p.add_argument("--system-tokens", type=int, default=3000, help="--paper: tokens of the system prompt")
     p.add_argument("--groups", type=int, default=4, help="--paper: groups of 8 calls")
     p.add_argument("--repeats", type=int, default=2, help="timed steps per setting (the fastest is reported)")
@@ -87,7 +89,7 @@ def run_batch(args) -> tuple[str, list, list[str], str]:
     path = run / "dialogues" / f"iter_{args.iteration:04d}.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     records = [r for r in records if r.get("end_reason") != "error"]
-    if cfg.train.drop_no_signal_calls:
+    if cfg.train.drop_no_signal_calls and not args.all_calls:
         outcomes: dict = {}
         for r in records:
             outcomes.setdefault(r["group"], set()).add(r["outcome"] == "success")

@@ -86,7 +86,7 @@ def trainer_plan(cfg: Any, m: ModelShape, rank0: bool = True) -> dict[str, float
         # forward and backward) and the lm_head's full-size gradient before it is reduce-scattered
         "embeddings + lm_head gathered, full-size gradient": ((1 if m.tied_embeddings else 2) * embedding + embedding
                                                               if zero3 else embedding),
-        "activations (1 micro-batch" + (f"; a {shared:,}-token shared prefix once)" if shared else ")"):
+        "activations (1 micro-batch" + (f"; {shared:,}-token prefix once)" if shared else ")"):
             m.layers * held * m.hidden * b + layer_activations if cfg.train.gradient_checkpointing
             else m.layers * layer_activations,
         f"logits of trained positions ({positions:,})": positions * m.vocab * LOGIT_BYTES,
