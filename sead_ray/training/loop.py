@@ -5,9 +5,10 @@
     3. learn               per trained role: GRPO advantages -> one update on its trainer -> weights to its engines
     4. analyse_mistakes    completion rate per initial state -> the next sampling weights
 
-Each phase returns a record; `run()` plays iterations and saves checkpoints, in the background: the next
-iteration's calls are played while a checkpoint is written, and its GRPO step waits for it. Stopping (Ctrl-C,
-SIGTERM), resuming and tearing the system down live in sead_ray.runs.train, beside the loop.
+Each phase returns a record; `run()` plays iterations after the SOP rehearsal (sead_ray.training.warm_start) and
+has checkpoints written (sead_ray.training.progress: in the background, while the next iteration's calls play;
+what a stop or a failure keeps). Stopping (Ctrl-C, SIGTERM), resuming and tearing the system down live in
+sead_ray.runs.train, beside the loop.
 """
 from __future__ import annotations
 
@@ -19,27 +20,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from sead_ray.agent.scripted import HONEST, ScriptAgent
 from sead_ray.core.config import SeadConfig
 from sead_ray.core.jsonl import write_json
 from sead_ray.core.roles import ROLES
-from sead_ray.curriculum.controller import ProfileController
 from sead_ray.play.dialogue import Trajectory
 from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State
-from sead_ray.training.checkpoint import CheckpointError, TrainState, save_checkpoint
+from sead_ray.training.checkpoint import TrainState
 from sead_ray.training.grpo import compute_advantages
+from sead_ray.training.progress import ProgressKeeper, StopRequested
 from sead_ray.training.rewards import REWARDS, simulator_reward
-from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult, TrainerError
-from sead_ray.training.warm_start import WARM_START_SEED, rehearsal_samples
+from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult
+from sead_ray.training.warm_start import rehearse
 
 log = logging.getLogger(__name__)
-
-
-class StopRequested(Exception):
-    """Ctrl-C or SIGTERM: end at the next safe point with a checkpoint."""
 
 
 class LoopSystem(Protocol):
@@ -119,10 +115,7 @@ class SelfEvolutionLoop:
         self.cfg, self.scenario, self.system, self.run_dir = cfg, scenario, system, Path(run_dir)
         self.held_out = list(held_out)  # train.eval_every: the fixed profile set of held-out evaluations
         self.done = start              # the last completed iteration, its controller state and policy version
-        self.saved_iteration = start.iteration if saved else 0
-        self.last_save_s: Optional[float] = None   # how long the run's last checkpoint took to write
-        self.saving: Optional[asyncio.Task] = None  # the checkpoint being written (at most one at a time)
-        self.trainer_saving: Optional[asyncio.Future] = None   # done once the trainer's part of it is written
+        self.progress = ProgressKeeper(cfg, system, run_dir, start.iteration if saved else 0)
         self.stop_requested = False
         self.weights_ahead = False     # the trainer stepped in an iteration that has not completed yet
 
@@ -146,9 +139,7 @@ class SelfEvolutionLoop:
         if dialogues.rollout.errors:
             log.warning("iter %d: %d call(s) still in error after replays: left out of GRPO and Mistake Analysis",
                         iteration, dialogues.rollout.errors)
-        if self.trainer_saving is not None and not self.trainer_saving.done():
-            log.info("iter %d: the GRPO step waits for the trainer to write the checkpoint", iteration)
-            await self.trainer_saving   # the trainer's weights are the checkpoint's until it wrote them
+        await self.progress.trainer_written(iteration)
         self.weights_ahead = True
         return {role: await self.learn_role(role, iteration, trajs) for role in self.system.trained_roles}
 
@@ -186,47 +177,11 @@ class SelfEvolutionLoop:
         return Learning(rewards, step, sync, sync.version)
 
     async def warm_start(self) -> None:
-        """SOP rehearsal before iteration 1 (train.warm_start, sead_ray.training.warm_start): the honest script plays
-        calls against the run's simulator on profiles drawn apart from every other draw; the agent fine-tunes on those
-        it won, one step per train.warm_start_calls calls, and the result is checkpointed as iteration 0 (kept by
-        every retention: `RUN@iter_0000`). Done once: a run resumed after it goes on from that checkpoint."""
+        """The SOP rehearsal before iteration 1 (train.warm_start; sead_ray.training.warm_start.rehearse), done once."""
         train = self.cfg.train
         if train.warm_start == "none" or self.done.iteration > 0 or self.done.version("agent") > 0:
             return
-        endpoints = self.system.endpoints()
-        script = RolloutEndpoints(ScriptAgent(self.scenario, HONEST), endpoints.users, None, endpoints.engines)
-        draws = ProfileController(self.scenario, replace(self.cfg.curriculum, mode="uniform", depth="off"),
-                                  self.cfg.seed + WARM_START_SEED)
-        version, calls, nll, step_s = self.done.version("agent"), [], [], []
-        for step in range(1, train.warm_start_steps + 1):
-            rollout = await self._unless_stopped(run_dialogues(
-                script, self.cfg, self.scenario, draws.sample(train.warm_start_calls), iteration=0,
-                phase=f"warm start {step}/{train.warm_start_steps}", sampling=self.cfg.dialogue.agent_train,
-                seed_iteration=-step))
-            samples = rehearsal_samples(rollout.played, self.scenario, endpoints.tokenizer, train.max_seq_len,
-                                        self.cfg.dialogue.agent_prefill)
-            calls += rollout.trajectories
-            if not samples:
-                log.warning("warm start step %d: the honest script won none of its %d calls: nothing to learn from",
-                            step, len(rollout.played))
-                continue
-            self.weights_ahead = True
-            metrics = await self.system.grpo_step(samples, "agent", lr=train.warm_start_lr or None,
-                                                  reset_optimizer_after=step == train.warm_start_steps)
-            version = (await self.system.publish("agent")).version
-            # the samples' "rollout" logprobs are 0, so the trainer's mismatch is the script turns' mean NLL
-            nll.append(metrics.logprob_mismatch_mean)
-            step_s.append(round(metrics.step_s, 2))
-            log.info("warm start step %d/%d: %d script calls won of %d, NLL of their turns %.3f (%d tokens), step %.0f s; "
-                     "weights v%d", step, train.warm_start_steps, len(samples), len(rollout.played), nll[-1] or 0.0,
-                     metrics.agent_tokens, metrics.step_s, version)
-        self.done = TrainState(0, self.done.controller, {**self.done.versions, "agent": version})
-        self.weights_ahead = False
-        played = RolloutResult(calls, 0.0, 0, endpoints.engines)
-        records = write_dialogues(self.run_dir / "dialogues" / "warm_start.jsonl", played, self.scenario)
-        await self.system.record_iteration(0, "warm_start", records, {
-            "warm_start": train.warm_start, "warm_start_steps": train.warm_start_steps, "policy_version": version,
-            "warm_start_nll": nll, "warm_start_step_s": step_s})
+        await rehearse(self)
         await self.save(force=True)
 
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
@@ -288,75 +243,15 @@ class SelfEvolutionLoop:
         await self.saved()
 
     async def run_keeping_progress(self) -> bool:
-        """`run()`; on a stop request (returns True) or any failure (re-raised) the last completed
-        iteration is checkpointed first, so nothing done is lost."""
-        try:
-            await self.run()
-            return False
-        except (StopRequested, asyncio.CancelledError):
-            await self.save(stopping=True, wait=True)
-            return True
-        except Exception as failure:   # not KeyboardInterrupt: a second Ctrl-C means leave now
-            if self.weights_ahead:   # the weights no longer match the last completed iteration
-                await self._saved_or_logged()
-                log.error("the failure came after a GRPO step of an unfinished iteration: no checkpoint written; "
-                          "resume from the last one (iteration %d)", self.saved_iteration)
-                raise
-            if isinstance(failure, (TrainerError, CheckpointError)):   # saving needs the trainer that just failed
-                await self._saved_or_logged()
-                log.error("the trainer or its checkpoint failed: no checkpoint written; resume from the last one "
-                          "(iteration %d)", self.saved_iteration)
-                raise
-            try:
-                await self.save(wait=True)
-            except Exception as exc:   # e.g. the trainer itself is what failed: report the first error
-                log.error("could not checkpoint iteration %d after the failure: %r", self.done.iteration, exc)
-            raise
+        """`run()`; on a stop request (returns True) or any failure (re-raised) the last completed iteration is
+        checkpointed first, so nothing done is lost (sead_ray.training.progress)."""
+        return await self.progress.keeping_progress(self.run, lambda: self.done, lambda: self.weights_ahead)
 
-    async def save(self, stopping: bool = False, force: bool = False, wait: bool = False) -> None:
-        """Checkpoint the last completed iteration (if not saved yet; `force`: the warm start's iteration 0), in the
-        background unless `wait` or train.checkpoint_in_background is off; a save still in flight ends first.
-        `stopping`: not when the run's last save took longer than train.stop_save_max_s and a checkpoint exists
-        (the stop must end in time)."""
-        await self.saved()
-        if self.done.iteration <= self.saved_iteration and not force:
-            return
-        limit = self.cfg.train.stop_save_max_s
-        if stopping and self.saved_iteration and self.last_save_s is not None and self.last_save_s > limit:
-            log.warning("stopping without a checkpoint of iteration %d: the last save took %.0f s (train.stop_save_max_s "
-                        "= %.0f); a resume continues after iteration %d", self.done.iteration, self.last_save_s, limit,
-                        self.saved_iteration)
-            return
-        state, loop, staging = self.done, asyncio.get_running_loop(), self.cfg.train.checkpoint_staging_dir
-        trainer_saving = self.trainer_saving = loop.create_future()
-
-        async def write() -> None:
-            t0 = time.perf_counter()
-            await asyncio.to_thread(save_checkpoint, self.system.save_weights, self.run_dir, state,
-                                    self.cfg.train.keep_checkpoints, Path(staging) if staging else None,
-                                    self.system.move_checkpoint if staging else None,
-                                    lambda: loop.call_soon_threadsafe(trainer_saving.set_result, None))
-            self.saved_iteration, self.last_save_s = state.iteration, time.perf_counter() - t0
-        self.saving = asyncio.ensure_future(write())
-        if wait or not self.cfg.train.checkpoint_in_background:
-            await self.saved()
+    async def save(self, force: bool = False) -> None:
+        await self.progress.save(self.done, force=force)
 
     async def saved(self) -> None:
-        """Wait for the checkpoint being written, if one is (its failure is raised here)."""
-        if self.saving is None:
-            return
-        try:
-            await asyncio.shield(self.saving)   # a cancelled wait leaves the writer to finish, and to be waited for
-        finally:
-            if self.saving.done():
-                self.saving = None
-
-    async def _saved_or_logged(self) -> None:
-        """After a failure: let a checkpoint in flight end (it holds a completed iteration), its own error only logged."""
-        try:
-            await self.saved()
-        except Exception as exc:
-            log.error("the checkpoint being written when the run failed did not complete: %r", exc)
+        await self.progress.saved()
 
     async def _log(self, iteration: int, dialogues: Dialogues, learning: dict[str, Learning], curriculum: dict,
                    seconds: float) -> dict:

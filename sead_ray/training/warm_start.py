@@ -12,14 +12,22 @@ log-likelihood of these turns (supervised fine-tuning), on the same trainer grou
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Optional
 
 from sead_ray.agent.prompt import agent_messages, user_message_for_agent
+from sead_ray.agent.scripted import HONEST, ScriptAgent
 from sead_ray.agent.token_context import IncrementalChatEncoder
+from sead_ray.curriculum.controller import ProfileController
 from sead_ray.play.dialogue import Trajectory
+from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
 from sead_ray.scenario.scenario import Scenario
+from sead_ray.training.checkpoint import TrainState
 from sead_ray.training.trainer_protocol import Sample
+
+log = logging.getLogger(__name__)
 
 WARM_START_SEED = 424_242      # its profile draws: apart from the training draws and the held-out set's
 
@@ -70,3 +78,44 @@ def reset_optimizer_state(optimizer: Any) -> int:
     cleared = len(inner.state)
     inner.state.clear()
     return cleared
+
+
+async def rehearse(loop: Any) -> None:
+    """The rehearsal on a self-evolution loop's system (sead_ray.training.loop.SelfEvolutionLoop): the honest script
+    plays calls against the run's simulator on profiles drawn apart from every other draw; the agent fine-tunes on
+    those it won, one step per train.warm_start_calls calls. The loop's state becomes iteration 0 at the version it
+    reached (the loop checkpoints it, kept by every retention: `RUN@iter_0000`)."""
+    cfg, scenario, train = loop.cfg, loop.scenario, loop.cfg.train
+    endpoints = loop.system.endpoints()
+    script = RolloutEndpoints(ScriptAgent(scenario, HONEST), endpoints.users, None, endpoints.engines)
+    draws = ProfileController(scenario, replace(cfg.curriculum, mode="uniform", depth="off"), cfg.seed + WARM_START_SEED)
+    version, calls, nll, step_s = loop.done.version("agent"), [], [], []
+    for step in range(1, train.warm_start_steps + 1):
+        rollout = await loop._unless_stopped(run_dialogues(
+            script, cfg, scenario, draws.sample(train.warm_start_calls), iteration=0,
+            phase=f"warm start {step}/{train.warm_start_steps}", sampling=cfg.dialogue.agent_train,
+            seed_iteration=-step))
+        samples = rehearsal_samples(rollout.played, scenario, endpoints.tokenizer, train.max_seq_len,
+                                    cfg.dialogue.agent_prefill)
+        calls += rollout.trajectories
+        if not samples:
+            log.warning("warm start step %d: the honest script won none of its %d calls: nothing to learn from",
+                        step, len(rollout.played))
+            continue
+        loop.weights_ahead = True
+        metrics = await loop.system.grpo_step(samples, "agent", lr=train.warm_start_lr or None,
+                                              reset_optimizer_after=step == train.warm_start_steps)
+        version = (await loop.system.publish("agent")).version
+        # the samples' "rollout" logprobs are 0, so the trainer's mismatch is the script turns' mean NLL
+        nll.append(metrics.logprob_mismatch_mean)
+        step_s.append(round(metrics.step_s, 2))
+        log.info("warm start step %d/%d: %d script calls won of %d, NLL of their turns %.3f (%d tokens), step %.0f s; "
+                 "weights v%d", step, train.warm_start_steps, len(samples), len(rollout.played), nll[-1] or 0.0,
+                 metrics.agent_tokens, metrics.step_s, version)
+    loop.done = TrainState(0, loop.done.controller, {**loop.done.versions, "agent": version})
+    loop.weights_ahead = False
+    played = RolloutResult(calls, 0.0, 0, endpoints.engines)
+    records = write_dialogues(loop.run_dir / "dialogues" / "warm_start.jsonl", played, scenario)
+    await loop.system.record_iteration(0, "warm_start", records, {
+        "warm_start": train.warm_start, "warm_start_steps": train.warm_start_steps, "policy_version": version,
+        "warm_start_nll": nll, "warm_start_step_s": step_s})
