@@ -1,6 +1,8 @@
 """How the rule user's ears hear a scenario's ear lines (configs/scenarios/*.ear_lines.yaml, held-out caller lines
 written to test them), side by side: per class the share heard as meant and the false alarms, with 95 % intervals,
-and the cost of a turn.
+and the cost of a turn. Fact lines are heard as the answer to their fact's question, held to the fact as the rule user
+holds them (sead_ray.user.fact_check); `swap` is each fact's lies heard that way: "heard as meant" = not taken as the
+answer.
 
     python benchmarks/ear_accuracy.py                                   # both shipped scenarios, both ears
     python benchmarks/ear_accuracy.py --scenario configs/scenarios/charity_donation.yaml --misses --json ear.json
@@ -20,6 +22,7 @@ from sead_ray.evaluation.ear_accuracy import accuracy_table  # noqa: E402
 from sead_ray.scenario.ear_lines import ear_lines_path, load_ear_lines  # noqa: E402
 from sead_ray.scenario.scenario import load_scenario  # noqa: E402
 from sead_ray.user.ears import EARS  # noqa: E402
+from sead_ray.user.fact_check import scenario_bounds  # noqa: E402
 
 SCENARIOS = ["configs/scenarios/restaurant_promotion.yaml", "configs/scenarios/charity_donation.yaml"]
 
@@ -48,7 +51,8 @@ def main() -> int:
             ear = EARS.get(name)(scenario.rule_user, scenario.facts)
             build_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            tables[name] = accuracy_table(ear, labelled, scenario.rule_user.answer_terms, expected=True)
+            tables[name] = accuracy_table(ear, labelled, scenario.rule_user.answer_terms, expected=True,
+                                          bounds=scenario_bounds(scenario.facts, scenario.rule_user))
             cost[name] = {"build_s": round(build_s, 2),
                           "ms_per_line": round(1000 * (time.perf_counter() - t0) / len(labelled), 1)}
         print(f"\n## {Path(path).name}: {len(labelled)} labelled lines\n")

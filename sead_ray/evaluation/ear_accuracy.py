@@ -5,6 +5,9 @@ line by line: per class the share heard as meant, with a 95 % interval, and the 
                          answer_terms); false alarm: heard as a lie or a red flag
     lie                  flagged: heard as a lie (contradiction, invented claim); "heard" as the fact is the miss
                          that costs most (a lie taken as an answer)
+    swap                 a fact's lie heard as the answer to that fact's question (its fact expected, as in a call):
+                         correct when it is not taken as the answer (a lie, a red flag, or more than the fact says:
+                         sead_ray.user.fact_check)
     pressure, credentials, payment    flagged: that red flag (credentials and payment count for each other)
     identity, offer, ask heard: the ear hears who calls / the offer / the ask
     reassurance, small_talk           correct: no fact heard (not an answer) and no red flag
@@ -18,6 +21,7 @@ from typing import Any
 
 from sead_ray.evaluation.significance import wilson_interval
 from sead_ray.scenario.lexicon import TurnReading
+from sead_ray.user.fact_check import FactBounds, unsupported
 
 
 @dataclass(frozen=True)
@@ -29,13 +33,17 @@ class LineScore:
     false_alarm: bool     # an honest line heard as a lie or red flag
 
 
-def score_line(reading: TurnReading, text: str, label: str, fact: int, answer_terms: int) -> LineScore:
+def score_line(reading: TurnReading, text: str, label: str, fact: int, answer_terms: int,
+               bounds: Sequence[FactBounds] = ()) -> LineScore:
+    """One line as the rule user hears it; with the facts' `bounds`, a fact line (or swap) that says more than its
+    fact is not heard as the fact."""
     flagged = bool(reading.red_flag or reading.lie)
+    answer = reading.states(fact, answer_terms) and not flagged and not (
+        bounds and unsupported(reading.about, bounds, frozenset([fact])))
     requests = bool(reading.credentials or reading.payment)
     any_fact = reading.states_any(answer_terms)
     correct = {
-        "fact": reading.states(fact, answer_terms) and not flagged,
-        "terse": reading.states(fact, answer_terms) and not flagged,
+        "fact": answer, "terse": answer, "swap": not answer,
         "lie": reading.lie,
         "pressure": bool(reading.pressure),
         "credentials": requests, "payment": requests,
@@ -48,11 +56,14 @@ def score_line(reading: TurnReading, text: str, label: str, fact: int, answer_te
 
 
 def accuracy_table(ear: Any, labelled: Sequence[tuple[str, str, int]], answer_terms: int,
-                   expected: bool = False) -> dict[str, dict]:
+                   expected: bool = False, bounds: Sequence[FactBounds] = ()) -> dict[str, dict]:
     """Per label: n, correct share and its interval, false alarms and theirs; plus every line's misses.
-    `expected`: each honest fact line heard as the answer to a question about its fact (as in a call)."""
-    scores = [score_line(ear.hear(text, frozenset([fact]) if label in ("fact", "terse") and expected else frozenset())[0],
-                         text, label, fact, answer_terms) for text, label, fact in labelled]
+    `expected`: each honest fact line heard as the answer to a question about its fact (as in a call; a swap
+    always is). `bounds` (fact_check.scenario_bounds): fact lines held to their facts, as the rule user does."""
+    def expecting(label: str, fact: int) -> frozenset[int]:
+        return frozenset([fact]) if label == "swap" or label in ("fact", "terse") and expected else frozenset()
+    scores = [score_line(ear.hear(text, expecting(label, fact))[0], text, label, fact, answer_terms, bounds)
+              for text, label, fact in labelled]
     table = {}
     for label in dict.fromkeys(s.label for s in scores):
         mine = [s for s in scores if s.label == label]

@@ -3,7 +3,8 @@ rule user hears, never read by the user itself. The adversarial battery's paraph
 (sead_ray.agent.scripted) and benchmarks/ear_accuracy.py scores each ear on them, clause by clause.
 
     facts:          one entry per agent fact, in order: paraphrase (honest, other words), terse (honest, 2-5
-                    words) and lies (in fresh words)
+                    words), lies (in fresh words) and, optionally, swaps (welcome lies said in place of the answer
+                    to the fact's question; the lies are read that way too)
     identity, offer, ask, pressure, credentials, payment, reassurance, small_talk
     clean           honest lines that name cards, codes, payment or deadlines only to deny them
 """
@@ -23,6 +24,7 @@ class FactLines:
     paraphrase: tuple[str, ...] = option(nonempty=True)
     terse: tuple[str, ...] = option(nonempty=True)
     lies: tuple[str, ...] = option(nonempty=True)
+    swaps: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,11 @@ class EarLines:
     clean: tuple[str, ...] = option(nonempty=True)
 
     def labelled(self) -> list[tuple[str, str, int]]:
-        """Every line as (text, label, fact): label fact / terse / lie (about fact k) or the list's name."""
+        """Every line as (text, label, fact): label fact / terse / lie (about fact k), swap (a lie or swap about fact
+        k, heard as the answer to its question), or the list's name."""
         out = [(t, kind, k) for k, f in enumerate(self.facts)
-               for kind, lines in (("fact", f.paraphrase), ("terse", f.terse), ("lie", f.lies)) for t in lines]
+               for kind, lines in (("fact", f.paraphrase), ("terse", f.terse), ("lie", f.lies),
+                                   ("swap", (*f.lies, *f.swaps))) for t in lines]
         for label in ("identity", "offer", "ask", "pressure", "credentials", "payment", "reassurance", "small_talk",
                       "clean"):
             out += [(t, label, -1) for t in getattr(self, label)]

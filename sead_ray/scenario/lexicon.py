@@ -308,6 +308,7 @@ class TurnReading:
     payment: tuple[str, ...] = ()
     courtesy: bool = False
     heard_facts: frozenset[int] | None = None       # the semantic ear: the facts the model heard stated (else None)
+    about: tuple[tuple[Clause, frozenset[int]], ...] = ()   # each statement clause and the facts heard in it
 
     @property
     def lie(self) -> bool:
@@ -355,8 +356,9 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
     supported: dict[int, set[str]] = {}
     contradicted = set()
     invented = []
+    clause_facts = []
     for c in statements:
-        about = set()      # the facts this clause states
+        about: set[int] = set()      # the facts this clause states
         for k, fact in enumerate(lex.facts):
             for term, want_negated in [(t, False) for t in fact.affirms] + [(t, True) for t in fact.denies]:
                 for i in c.find(term):
@@ -370,6 +372,7 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
         for value, unit in numbers_in(c):
             if not _stated(value, unit, lex, about):
                 invented.append(f"{value:g} {unit}".strip())
+        clause_facts.append((c, frozenset(about)))
     invented += _hits(statements, lex.overclaims, unnegated=True)
     # a credential named in a question, or beside "your" or an asking verb, is asked for; a clause with a
     # negation anywhere ("your card is not needed", "we never ask for a password") asks for nothing
@@ -378,7 +381,7 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
     return TurnReading(
         n_words=sum(len(c.words) for c in clauses), content=content_words(text),
         supported={k: frozenset(v) for k, v in supported.items()},
-        contradicted=tuple(sorted(contradicted)), invented=tuple(invented),
+        contradicted=tuple(sorted(contradicted)), invented=tuple(invented), about=tuple(clause_facts),
         identifies=any(set(c.words) & SELF and any(c.has(t) for t in lex.identity) for c in statements),
         offers=len(_hits(clauses, lex.offer)) >= min(2, len(lex.offer)),
         asks=bool(_hits([c for c in clauses if c.question], lex.decision)),

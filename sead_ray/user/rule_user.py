@@ -22,6 +22,10 @@ Per turn (each dimension moves at most one level, the paper's rule):
   leaves a voiced question unanswered          trust -1, emotion -1, cooperation -1 (evasion: the user
                                                disengages; a late answer no longer lifts the mood)
   a lie (contradicts a fact, a number or claim no fact supports)      trust -1, never an answer
+  a statement about a fact that says more than the fact (fact_check.py: an absolute, a duration, an amount or a
+  date the fact's own sentences never state; a welcome lie in place of the asked fact)   never an answer (the
+                                               question stays open: cooperation and emotion -1, trust only
+                                               where a lie is heard)
   pressure (deadlines, now-or-never, threats, guilt)                 emotion -1, cooperation -1
   asking for credentials or payment                                   trust -1, emotion -1
   rambling (> `max_words`), a near-repeat of a recent turn, parroting, recitation, nothing said
@@ -49,6 +53,7 @@ from sead_ray.scenario.lexicon import TurnReading, content_words, read_turn
 from sead_ray.scenario.rule_user_section import RuleUserSpec
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import UserRequest, UserTurnOutput
+from sead_ray.user.fact_check import scenario_bounds, unsupported
 
 IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
 
@@ -70,12 +75,13 @@ class TurnVerdict:
     early_ask: bool = False
     asked: bool = False
     courtesy: bool = False
+    unsupported: bool = False    # says more about a fact than the fact (fact_check.unsupported)
 
     @property
     def bad(self) -> bool:
         """A turn that earns nothing, whatever else it says."""
         return (self.lie or self.pressure or self.credentials or self.payment or self.recital or self.too_long
-                or self.empty or self.repeat or self.parrot)
+                or self.empty or self.repeat or self.parrot or self.unsupported)
 
 
 @dataclass
@@ -118,6 +124,7 @@ class RuleUserSimulator:
         self.ear = EARS.get(ear)(self.spec, scenario.facts)
         # the offer as the scenario pitches it ("a free 700-yuan credit"): saying it again is not reciting facts
         self.pitch = frozenset().union(*read_turn(self.spec.opening, self.lexicon).supported.values())
+        self.bounds = scenario_bounds(scenario.facts, self.spec)
         self._category = {b.text: b.category for b in scenario.behaviors}
 
     # -- who the user is ---------------------------------------------------------------------------
@@ -168,6 +175,9 @@ class RuleUserSimulator:
         kind, k = call.voiced or ("", -1)
         asked = frozenset(self.spec.concerns[k].answered_by) if kind == "concern" else frozenset()
         r, call.heard = self.ear.hear(said, asked)
+        why = unsupported(r.about, self.bounds, asked)
+        if why:
+            call.heard = (*call.heard, {"rule": "unsupported", "why": why})
         stated = self._concerns_stated(r)
         recited = self._concerns_stated(r, beyond=self.pitch)
         heard = content_words(user_line)
@@ -178,7 +188,7 @@ class RuleUserSimulator:
             lie=r.lie, pressure=bool(r.pressure), credentials=bool(r.credentials), payment=bool(r.payment),
             recital=call.voiced is not None and len(recited - self._incidental(r, call)) >= spec.salad_concerns,
             too_long=r.n_words > spec.max_words, empty=r.n_words == 0, repeat=near,
-            parrot=len(r.content) >= 2 and r.content <= heard, asked=r.asks, courtesy=r.courtesy)
+            parrot=len(r.content) >= 2 and r.content <= heard, asked=r.asks, courtesy=r.courtesy, unsupported=bool(why))
         answered = not v.bad and ((kind == IDENTITY and r.identifies) or (kind == OFFER and r.offers)
                                   or (kind == "concern" and k in stated) or (kind == DECISION and r.asks))
         ignored = call.voiced is not None and kind != DECISION and not answered
@@ -214,7 +224,7 @@ class RuleUserSimulator:
             call.identified |= r.identifies
             call.offered |= r.offers
         if v.ignored:
-            delta[t] -= 1
+            delta[t] -= 0 if v.unsupported else 1   # the lie, if one is heard, costs trust below
             delta[e] -= 1
             delta[c] -= 1
         if v.lie:

@@ -270,6 +270,7 @@ class SemanticEar:
         flags: dict[str, list[str]] = {"pressure": [], "credentials": [], "payment": []}
         identifies, offers, asks = lexical.identifies, lexical.offers, lexical.asks
         verdicts = []
+        stated_in: list[set[int]] = []    # per clause, the facts heard in it (fact_check holds them to their facts)
         for clause, (sentence, kind), (proto, sim, best) in zip(clauses, owners, self.nearest(clauses)):
             one = read_turn(clause.text, self.spec.lexicon)
             verdict, veto = self._judge_clause(clause, sentence, one, proto, sim, best)
@@ -281,6 +282,7 @@ class SemanticEar:
                     verdict, proto, sim = kind.label, Prototype(kind.label, -1, "(kind probe)"), kind.probability
             if verdict == "nothing" and (proto.label not in ANSWER_BLOCKERS or proto.label == "lie" and veto):
                 verdict, proto, sim = self._expected_answer(clause, one, best, expecting, proto, sim)
+            stated_in.append(set(one.supported) | ({proto.fact} if verdict.startswith("states fact") else set()))
             if verdict.startswith("states fact"):
                 heard.add(proto.fact)
             elif verdict.startswith("lie"):
@@ -301,7 +303,9 @@ class SemanticEar:
                         flags[flag].append(words)
             verdicts.append(ClauseVerdict(clause.text, proto.label, proto.fact, sim, proto.text, verdict, veto))
         # a sentence of several clauses may state a fact that none of its clauses states alone
+        first = 0   # the index of the sentence's first clause
         for sentence, part, (proto, sim, best) in zip(sentences, parts, sentence_near):
+            first += len(part)
             if sentence.question or len(part) < 2:
                 continue
             if proto.label == "fact" and proto.fact not in lies:
@@ -309,10 +313,13 @@ class SemanticEar:
                                                    proto, sim, best)
                 if verdict.startswith("states fact"):
                     heard.add(proto.fact)
+                    for facts in stated_in[first - len(part):first]:
+                        facts.add(proto.fact)
                     verdicts.append(ClauseVerdict(sentence.text, proto.label, proto.fact, sim, proto.text, verdict, veto))
         # the model must hear a fact for it to be stated; the rule user never counts a turn with a lie or a red flag as
         # an answer (rule_user.TurnVerdict.bad)
-        reading = replace(lexical, heard_facts=frozenset(heard), contradicted=tuple(sorted(lies)),
+        about = tuple((c, frozenset(f)) for c, f in zip(clauses, stated_in) if not c.question)
+        reading = replace(lexical, heard_facts=frozenset(heard), contradicted=tuple(sorted(lies)), about=about,
                           identifies=identifies, offers=offers, asks=asks,
                           **{f: tuple(dict.fromkeys(v)) for f, v in flags.items()})
         return reading, tuple(verdicts)

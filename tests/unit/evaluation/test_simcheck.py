@@ -216,7 +216,7 @@ def test_cli_adversarial_writes_the_battery_per_user_set(tmp_path, capsys):
     assert data["adversarial_ok"] is False
     for name in ("soft", "hard"):
         part = data["by_user_set"][name]
-        assert 0 < part["honest"] <= 1 and part["classes"]["lies"] == 0.0 and len(part["classes"]) == 17
+        assert 0 < part["honest"] <= 1 and part["classes"]["lies"] == 0.0 and len(part["classes"]) == 18
         over = data["adversarial"][name]["over_the_bar"]
         assert over and all(o.startswith("honest_") for o in over), over
     assert "## adversarial battery" in (out / "simcheck.md").read_text() and "open_loop_facts" in capsys.readouterr().out

@@ -1,0 +1,196 @@
+"""What an answer must carry (issue 50): no welcome lie earns an answer.
+
+An ear hears a turn as stating a fact by its words or its meaning; a welcome lie said in place of the asked fact
+("it never runs out", "a full year") is near the fact in meaning and would be heard as the answer. So every
+statement clause the user hears as speaking of a fact (or, in a turn that may answer the voiced concern, every
+statement clause: it speaks of the asked fact) is held to that fact's own sentences (the fact and the scenario's
+`claims` of it):
+
+- **absolutes** the fact never uses ("forever", "never expires", "unlimited", "everyone", "guaranteed", "double",
+  "the very first"; generic English, by group, so that a fact saying "at no cost at all" allows "at all");
+- **quantities** of a kind the fact states (a duration, an amount in its unit), none of them the fact's: "a year"
+  where it says 30 days ("a month" is 30 days, "a full year" a year);
+- **calendar words** (months, weekdays) where the fact names others.
+
+A turn with such a clause is `unsupported`: it answers nothing (the user asks again), and the user's trust falls
+only where its ear also hears a lie. Where a fact states none of these, the ear's own margin between the fact's
+claims and its declared lies is all there is. Pure text processing.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sead_ray.scenario.lexicon import DURATIONS, NEGATIONS, NUMBER_WORDS, UNITS, Clause, clauses_of, numbers_in, phrase, stem
+
+# Absolutes and overclaims by group: a fact whose own sentences use one phrase of a group allows the group.
+ABSOLUTES: dict[str, tuple[str, ...]] = {
+    "forever": ("forever", "for ever", "permanent", "permanently", "never expire", "never run out", "not expire",
+                "no expiry", "no expiration", "no end date", "no time limit", "lifetime", "for life", "for good",
+                "indefinitely", "never end", "as long as you like", "as long as you want"),
+    "unlimited": ("unlimited", "no limit", "limitless", "endless", "as much as you want", "as much as you like",
+                  "as many as you want", "as many as you like"),
+    "everyone": ("everyone", "everybody", "every single", "without exception", "no exception", "all of them",
+                 "nationwide", "the whole country", "across the country", "the whole city", "every cent",
+                 "every penny", "all of the money", "all the money", "all of your money"),
+    "certain": ("guarantee", "guaranteed", "certainly", "definitely", "for sure", "100 percent", "without fail",
+                "no risk", "risk free", "zero risk", "always work", "never fail", "cannot fail"),
+    "multiplied": ("double", "doubled", "triple", "tripled", "twice as", "times more", "time as many"),
+    "first": ("the very first", "very first", "number one", "top spot", "right at the top", "first place"),
+    "ever": ("nobody ever", "no one ever", "nothing ever", "never ever", "not ever"),
+    # a restriction the fact does not make ("can only be turned on through our website", "only for major donors")
+    "only": tuple(f"only {w}" for w in "be through by on in to for available apply applies sent shared i we our me "
+                  "via accept from at".split()),
+    "instant": ("instantly", "instant", "immediately", "overnight", "by tonight", "this morning", "on day one"),
+}
+# a group that is itself emphasis on a negation ("nobody ever"): no negation denies it
+EMPHASIS = frozenset({"ever"})
+# ... but not in these words ("double-check"; "only if you agree" is a condition, not a restriction)
+NOT_ABSOLUTE = tuple(phrase(p) for p in ("double check", "double checking", "only if", "only with", "only when",
+                                         "only after", "only once"))
+DURATION_LEADS = frozenset("for within in after over about lasts last lasting takes take than until".split())
+FILLERS = frozenset("full whole entire complete single".split())   # "a full year" is a year
+CALENDAR = frozenset("""january february march april may june july august september october november december
+monday tuesday wednesday thursday friday saturday sunday""".split()) - {"may"}   # "may" is mostly a verb
+# how often: "monthly", "every month", "once a year", "10 euros a month"
+PERIODS = {"day": "day", "week": "week", "month": "month", "quarter": "quarter", "year": "year"}
+PERIODIC = {"daily": "day", "weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year",
+            "annual": "year", "annually": "year"}
+_GROUPS = {name: tuple(phrase(p) for p in items) for name, items in ABSOLUTES.items()}
+
+
+def absolutes_in(clause: Clause) -> dict[str, str]:
+    """The absolute groups a clause uses, not denied ("it does not last forever"): group -> the words."""
+    excluded = {i for term in NOT_ABSOLUTE for i in clause.find(term)}
+    found = {}
+    for name, terms in _GROUPS.items():
+        for term in terms:
+            hits = [i for i in clause.find(term) if i not in excluded
+                    and (name in EMPHASIS or term[0] in NEGATIONS or not clause.negated_at(i))
+                    and not (term == ("every", "single") and i + 2 < len(clause.stems) and clause.stems[i + 2] in PERIODS)]
+            if hits:
+                found[name] = " ".join(term)
+                break
+    return found
+
+
+def quantities_in(clause: Clause) -> list[tuple[float, str]]:
+    """The clause's quantities (lexicon.numbers_in), with a duration named without a number ("a month", "a full
+    year", "one whole week", "the first year") as one of it; none after a negation ("you don't have to give 10 euros")."""
+    words = clause.words
+    found = numbers_in(clause)
+    for i, w in enumerate(words):
+        if w not in ("a", "an", "one", "first") or not _leads_a_duration(words, i):
+            continue
+        j = i + 1 + (i + 1 < len(words) and words[i + 1] in FILLERS)
+        if j < len(words) and stem(words[j]) in DURATIONS and (1.0, stem(words[j])) not in found:
+            found.append((1.0, stem(words[j])))
+    for i in range(len(words) - 2):   # "three or five euros": both in euros
+        if _number(words[i]) and words[i + 1] in ("or", "to", "and") and _number(words[i + 2]):
+            unit = next((u for v, u in found if v == _number(words[i + 2])), "")
+            if unit and (_number(words[i]), unit) not in found:
+                found.append((_number(words[i]), unit))
+    return [] if set(words) & NEGATIONS else found
+
+
+def _leads_a_duration(words: Sequence[str], i: int) -> bool:
+    """A word among the two before words[i] says how long ("lasts a year", "for the first year"), where "10 euros
+    a month" and "one receipt a year" say how often."""
+    return bool(set(words[max(0, i - 2):i]) & DURATION_LEADS)
+
+
+def _number(word: str) -> float:
+    return float(word) if word.isdigit() else float(NUMBER_WORDS.get(word, 0))
+
+
+def periods_in(clause: Clause) -> set[str]:
+    """How often the clause says something happens ("monthly", "every month", "once a year", "10 euros a month",
+    "one receipt a year")."""
+    words, stems = clause.words, clause.stems
+    out = {PERIODIC[w] for w in words if w in PERIODIC}
+    for i, w in enumerate(stems[1:], 1):
+        before = words[i - 1]
+        if w in PERIODS and (before in ("every", "each", "per") or before in ("a", "an") and i >= 2
+                             and not _leads_a_duration(words, i - 1)):
+            out.add(PERIODS[w])
+    return out
+
+
+@dataclass(frozen=True)
+class FactBounds:
+    """What a clause about one fact may say: the absolute groups, quantities and calendar words of its sentences."""
+    absolutes: frozenset[str]
+    quantities: frozenset[tuple[float, str]]
+    calendar: frozenset[str]
+    periods: frozenset[str]
+
+    @property
+    def durations(self) -> frozenset[float]:
+        return frozenset(v * DURATIONS[u] for v, u in self.quantities if u in DURATIONS)
+
+    @property
+    def units(self) -> frozenset[str]:
+        return frozenset(u for _, u in self.quantities if u not in DURATIONS)
+
+
+def fact_bounds(fact: str, claims: Sequence[str] = ()) -> FactBounds:
+    """A fact's bounds from its text and the scenario's claims of it (true sentences its author wrote)."""
+    clauses = [c for text in (fact, *claims) for c in clauses_of(text)]
+    return FactBounds(frozenset(g for c in clauses for g in absolutes_in(c)),
+                      frozenset(q for q in numbers_in(fact, unnumbered=True) if q[1] in UNITS),
+                      frozenset(w for c in clauses for w in c.words if w in CALENDAR),
+                      frozenset(p for c in clauses for p in periods_in(c)))
+
+
+def scenario_bounds(facts: Sequence[str], spec: Any) -> list[FactBounds]:
+    """Each fact's bounds, from its text and the claims of it in the scenario's rule_user section."""
+    return [fact_bounds(fact, sides.claims) for fact, sides in zip(facts, spec.facts)]
+
+
+def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequence[FactBounds],
+                expecting: frozenset[int] = frozenset(), carried: frozenset[int] | None = None) -> list[str]:
+    """Why the turn's statements say more than the facts they speak of (empty: nothing). `clauses`: each
+    statement clause with the facts the ear heard it state; `expecting`: the facts that answer the voiced concern,
+    which every statement clause of a would-be answer speaks of as well. Absolutes are read clause by clause;
+    quantities, how often and dates over all the clauses that speak of a fact (one of them stating the fact's own
+    is enough: "not 10 euros, 3 euros is fine")."""
+    why, speaking = [], {}
+    every_duration = frozenset().union(*(b.durations for b in bounds))
+    for clause, heard in clauses:
+        facts = heard | expecting
+        if not facts or clause.question:
+            continue
+        for k in facts:
+            speaking.setdefault(k, []).append(clause)
+        allowed = frozenset().union(*(bounds[k].absolutes for k in facts))
+        why += [f"{words!r}, which {_facts(facts)} never says ({clause.text!r})"
+                for group, words in absolutes_in(clause).items() if group not in allowed]
+    for k, said in sorted(speaking.items()):
+        b, text = bounds[k], " / ".join(repr(c.text) for c in said)
+        stated = [q for c in said for q in quantities_in(c)]
+        durations = {v * DURATIONS[u] for v, u in stated if u in DURATIONS}
+        if b.durations and durations and not durations & b.durations:
+            why.append(f"a duration fact {k} does not state ({text})")
+        elif not b.durations and durations - every_duration:   # "fixed for the first year": no fact says how long
+            why.append(f"a duration no fact states ({text})")
+        for unit in {u for _, u in stated} & b.units:
+            values = {v for v, u in stated if u in (unit, "")}   # "the minimum is 3."
+            own = {v for v, u in b.quantities if u == unit}
+            if not values & (own | ({100 - v for v in own} if unit == "percent" else set())):   # "the other 11 percent"
+                why.append(f"an amount in {unit} fact {k} does not state ({text})")
+        periods = set().union(*(periods_in(c) for c in said))
+        if b.periods and periods and not periods & b.periods:
+            why.append(f"{'/'.join(sorted(periods))} where fact {k} says {'/'.join(sorted(b.periods))} ({text})")
+        named = {w for c in said for w in c.words if w in CALENDAR}
+        if carried is not None and k in expecting and (b.quantities or b.periods or b.calendar) and k not in carried \
+                and not (durations & b.durations or {q for q in stated if q in b.quantities} or periods & b.periods
+                         or named & b.calendar):
+            why.append(f"none of fact {k}'s specifics ({text})")
+        if b.calendar and named and not named & b.calendar:
+            why.append(f"{'/'.join(sorted(named))} where fact {k} says {'/'.join(sorted(b.calendar))} ({text})")
+    return list(dict.fromkeys(why))
+
+
+def _facts(facts: frozenset[int]) -> str:
+    return f"fact {min(facts)}" if len(facts) == 1 else f"facts {sorted(facts)}"

@@ -1,0 +1,95 @@
+"""No welcome lie earns an answer (issue 50): a statement about a fact is held to the fact's own sentences (its
+absolutes, quantities, how often, dates), and a turn that says more than its fact answers nothing: the user asks
+again, and its trust falls only where a lie is heard."""
+import pytest
+
+from sead_ray.scenario.lexicon import clauses_of
+from sead_ray.scenario.scenario import load_scenario
+from sead_ray.user.fact_check import absolutes_in, fact_bounds, quantities_in, scenario_bounds, unsupported
+from sead_ray.user.rule_user import RuleUserSimulator
+from tests.unit.user.test_rule_user import CHARITY, respond
+
+VALIDITY = "Asks about the validity period of the trial credit"    # raises the restaurant's `validity` concern
+EXPIRY, VIEWS = 1, 5                                                   # restaurant facts: 30 days; the first week
+IMPACT, TAX, AMOUNT = 2, 3, 5                                          # charity facts: 89 percent; January; 3 euros
+
+
+def said(text, facts=frozenset()):
+    return [(c, frozenset(facts)) for c in clauses_of(text) if not c.question]
+
+
+@pytest.fixture(scope="module")
+def bounds(scenario):
+    return scenario_bounds(scenario.facts, scenario.rule_user)
+
+
+@pytest.fixture(scope="module")
+def charity_bounds():
+    charity = load_scenario(str(CHARITY))
+    return scenario_bounds(charity.facts, charity.rule_user)
+
+
+@pytest.mark.parametrize("text", ["It never expires, use it whenever you like.", "You can keep it forever.",
+                                  "There's no time limit on it at all.", "Every single customer will see it.",
+                                  "It lasts a full year from activation.", "You have two months to spend it."])
+def test_a_welcome_lie_in_place_of_the_asked_fact_is_unsupported(bounds, text):
+    why = unsupported(said(text), bounds, frozenset([EXPIRY]))
+    assert why and all(f"fact {EXPIRY}" in w for w in why), why
+
+
+@pytest.mark.parametrize("text", ["It stays valid for a month after you switch it on.",
+                                  "You have thirty days, and only clicks use it up.",
+                                  "It does not last forever: 30 days from activation.",
+                                  "Feel free to double-check the dates in the app."])
+def test_the_fact_in_other_words_is_supported(bounds, text):
+    assert unsupported(said(text), bounds, frozenset([EXPIRY])) == []
+
+
+def test_the_facts_own_sentences_allow_their_absolutes_and_each_fact_keeps_its_own_quantities(bounds):
+    lifetime = fact_bounds("The membership card is free.", ["You keep the card for life."])
+    assert unsupported(said("The card is yours forever."), [lifetime], frozenset([0])) == []
+    assert unsupported(said("The card is yours forever."), bounds, frozenset([0]))   # the credit's never say so
+    # "the first week" is the views fact's duration; where a clause speaks of both facts, each finds its own
+    both = said("The credit lasts 30 days, and shops see more views within seven days.", {EXPIRY, VIEWS})
+    assert unsupported(both, bounds) == []
+    assert unsupported(said("Shops see more views within a month.", {VIEWS}), bounds)
+
+
+def test_amounts_periods_and_dates_are_read_against_the_fact_spoken_of(charity_bounds):
+    b = charity_bounds
+    assert unsupported(said("The other 11 percent keeps the lights on."), b, frozenset([IMPACT])) == []
+    assert unsupported(said("Every single cent goes to the children."), b, frozenset([IMPACT]))
+    assert unsupported(said("Half of it, 50 percent, goes to the clubs."), b, frozenset([IMPACT]))
+    assert unsupported(said("You get one receipt a year, in January."), b, frozenset([TAX])) == []
+    assert unsupported(said("We post you a receipt every month."), b, frozenset([TAX]))
+    assert unsupported(said("Your receipt comes in June."), b, frozenset([TAX]))
+    assert unsupported(said("You don't have to give 10 euros. 3 euros a month is welcome."), b, frozenset([AMOUNT])) == []
+    assert unsupported(said("The minimum is 10 euros a month."), b, frozenset([AMOUNT]))
+
+
+def test_what_the_reader_counts():
+    clause = clauses_of("It does not last forever, but for a full year you get unlimited views.")
+    assert absolutes_in(clause[0]) == {} and absolutes_in(clause[1]) == {"unlimited": "unlimited"}
+    assert quantities_in(clauses_of("for a full year")[0]) == [(1.0, "year")]
+    assert quantities_in(clauses_of("10 euros a month")[0]) == [(10.0, "euro")]       # a rate, not a duration
+    assert quantities_in(clauses_of("you do not need 10 euros")[0]) == []              # denied, not claimed
+
+
+@pytest.fixture(scope="module")
+def sim(scenario):
+    return RuleUserSimulator(scenario)
+
+
+def test_the_rule_user_takes_the_fact_but_asks_again_after_a_welcome_lie(sim):
+    """The lexicon ear hears both turns state the validity fact (valid, click); the swap's year is not its 30 days."""
+    opening = sim.spec.opening
+    honest = respond(sim, [opening, "It is valid for 30 days and only clicks use it up."], behaviors=(VALIDITY,))
+    swap = respond(sim, [opening, "It is valid for a whole year and only clicks use it up."], behaviors=(VALIDITY,))
+    before = respond(sim, [opening], behaviors=(VALIDITY,))
+    validity = next(c for c in sim.spec.concerns if c.name == "validity")
+    assert before.reply in validity.say and honest.reply not in validity.say
+    assert any(q in swap.reply for q in validity.say)        # asked again
+    assert any(h.get("rule") == "unsupported" for h in swap.heard)
+    c, e, t = before.state
+    assert honest.state[0] > c and honest.state[2] > t
+    assert swap.state == (c - 1, e - 1, t)      # evasion's cost, but no lie was heard: trust stays
