@@ -34,6 +34,8 @@ def main() -> int:
     p.add_argument("--lines-dir", default=None,
                    help="read SCENARIO.ear_lines.yaml from this folder instead of beside the scenario (a second set)")
     p.add_argument("--misses", action="store_true", help="print every line an ear got wrong")
+    p.add_argument("--fact-check", choices=("on", "off"), default="on",
+                   help="off: fact lines and swaps heard as before issue 50 (by the ear alone, not held to their fact)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     out: dict = {}
@@ -52,7 +54,8 @@ def main() -> int:
             build_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             tables[name] = accuracy_table(ear, labelled, scenario.rule_user.answer_terms, expected=True,
-                                          bounds=scenario_bounds(scenario.facts, scenario.rule_user))
+                                          bounds=scenario_bounds(scenario.facts, scenario.rule_user)
+                                          if args.fact_check == "on" else ())
             cost[name] = {"build_s": round(build_s, 2),
                           "ms_per_line": round(1000 * (time.perf_counter() - t0) / len(labelled), 1)}
         print(f"\n## {Path(path).name}: {len(labelled)} labelled lines\n")

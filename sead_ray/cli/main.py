@@ -149,6 +149,7 @@ def cmd_simcheck(args) -> int:
         in_process_respond,
         run_battery,
         run_simcheck,
+        untested,
         write_outputs,
     )
     from sead_ray.play.dialogue import call_settings
@@ -171,7 +172,7 @@ def cmd_simcheck(args) -> int:
         if args.adversarial:
             reward = REWARDS.get(cfg.train.reward)   # the battery reports the run's reward beside the rates
             add_battery(result, await run_battery(scenario, profiles, respond, rules, seed=seed,
-                                                  reward=lambda call: reward(call, cfg.train)))
+                                                  reward=lambda call: reward(call, cfg.train)), untested(scenario))
         return result
 
     if not user_on_engine(cfg.user):   # no Ray: the simulator is called in this process

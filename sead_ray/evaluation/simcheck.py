@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from sead_ray.agent.scripted import FLOOR, HONEST, STRICT, ScriptAgent, classes_of
+from sead_ray.agent.scripted import ALL_CLASSES, FLOOR, HONEST, STRICT, ScriptAgent, classes_of, ear_lines_of
 from sead_ray.evaluation.significance import wilson_interval
 from sead_ray.play.dialogue import CallSettings, Trajectory, apply_simulator_rules, run_dialogue
+from sead_ray.scenario.ear_lines import ear_lines_path
 from sead_ray.scenario.lexicon import content_words
 from sead_ray.scenario.profiles import Profile
+from sead_ray.scenario.rule_user_section import unchecked_facts
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State, StateSchema
 from sead_ray.scenario.turn_protocol import UserRequest, UserTurnOutput, turn_seed
@@ -175,13 +177,25 @@ def format_markdown(result: dict, schema: StateSchema) -> str:
         lines += ["", f"## user set {name}", "", *table(part["grades"]), "", f"monotone: {part['monotone']}"]
     if "adversarial" in result:
         lines += ["", *battery_markdown(result["adversarial"]), "", f"adversarial_ok: {result['adversarial_ok']}"]
+        lines += [f"untested: {u}" for u in result.get("untested", ())]
     return "\n".join(lines) + "\n"
 
 
-def add_battery(result: dict, battery: dict) -> dict:
+def untested(scenario: Scenario) -> list[str]:
+    """What the battery cannot test on this scenario: the paraphrase classes without its ear lines, lies about
+    facts it declares none for (the swaps among them), and facts with no claims."""
+    out = []
+    if ear_lines_of(scenario) is None:
+        out.append(f"not played: {', '.join(c for c in ALL_CLASSES if c not in classes_of(scenario))} (no "
+                   f"{ear_lines_path(scenario.source).name} beside the scenario)")
+    return out + unchecked_facts(scenario.rule_user)
+
+
+def add_battery(result: dict, battery: dict, untested: Sequence[str] = ()) -> dict:
     """The battery into a simcheck result: `adversarial` (per set), each set's `honest` and `classes` beside its
-    grades, and the overall `adversarial_ok`."""
+    grades, the overall `adversarial_ok`, and what it could not test (`untested`)."""
     result["adversarial"] = battery
+    result["untested"] = list(untested)
     for name, part in battery.items():
         if name in result.get("by_user_set", {}):
             result["by_user_set"][name].update(honest=part["honest"], classes=part["classes"],

@@ -8,12 +8,15 @@ own pressure/credential/payment patterns on top of the generic ones (lexicon.py)
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from sead_ray.core.typed_load import ConfigError, option
 from sead_ray.scenario.lexicon import FactTerms, Lexicon, phrase, read_turn
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collect
     lexicon = Lexicon.build(facts, fact_terms, spec.identity.terms, spec.offer.terms, spec.decision_words,
                             spec.pressure, spec.credentials, spec.payment, spec.overclaims)
     spec = replace(spec, concerns=tuple(concerns), **lines, lexicon=lexicon)
+    for problem in unchecked_facts(spec):
+        log.warning("%s: %s", where, problem)
     opening, ask = read_turn(spec.opening, lexicon), read_turn(spec.ask, lexicon)
     if not (opening.identifies and opening.offers) or opening.asks:
         raise ConfigError(f"{where}: {key}.opening must say who calls (an identity term with I/we/this is) "
@@ -135,6 +140,19 @@ def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collect
     if not ask.asks or ask.red_flag or ask.lie:
         raise ConfigError(f"{where}: {key}.ask must ask for the decision: a question with a decision word")
     return spec
+
+
+def unchecked_facts(spec: RuleUserSpec) -> list[str]:
+    """What the rule user cannot check in this section: facts with no `claims` (the semantic ear hears them only in
+    the fact's own words) or no `lies` (a lie about them in fresh words has nothing to be told apart from)."""
+    out = []
+    for side, meaning in (("claims", "an honest answer in other words is heard only near the fact's own words"),
+                          ("lies", "a lie about them in fresh words has nothing to be compared with")):
+        missing = [i for i, f in enumerate(spec.facts) if not getattr(f, side)]
+        if missing:
+            out.append(f"rule_user.facts{missing} have no {side}: {meaning} (write three to five per fact; see "
+                       "docs/architecture.md, \"the scenario file\")")
+    return out
 
 
 def _fact_terms(sides: Sequence[FactSides], facts: Sequence[str], where: str) -> tuple[FactTerms, ...]:

@@ -12,9 +12,9 @@ statement clause: it speaks of the asked fact) is held to that fact's own senten
   where it says 30 days ("a month" is 30 days, "a full year" a year);
 - **calendar words** (months, weekdays) where the fact names others.
 
-A turn with such a clause is `unsupported`: it answers nothing (the user asks again), and the user's trust falls
-only where its ear also hears a lie. Where a fact states none of these, the ear's own margin between the fact's
-claims and its declared lies is all there is. Pure text processing.
+A turn with such a clause is `unsupported`: it answers nothing (the user asks again, as after an evasion), and the
+lie's own cost applies only where its ear also hears a lie. Where a fact states none of these, the ear's own margin
+between the fact's claims and its declared lies is all there is. Pure text processing.
 """
 from __future__ import annotations
 
@@ -152,13 +152,13 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
                 expecting: frozenset[int] = frozenset(), carried: frozenset[int] | None = None) -> list[str]:
     """Why the turn's statements say more than the facts they speak of (empty: nothing). `clauses`: each
     statement clause with the facts the ear heard it state; `expecting`: the facts that answer the voiced concern,
-    which every statement clause of a would-be answer speaks of as well. Absolutes are read clause by clause;
+    which a statement clause of a would-be answer heard stating no fact speaks of. Absolutes are read clause by clause;
     quantities, how often and dates over all the clauses that speak of a fact (one of them stating the fact's own
     is enough: "not 10 euros, 3 euros is fine")."""
     why, speaking = [], {}
     every_duration = frozenset().union(*(b.durations for b in bounds))
     for clause, heard in clauses:
-        facts = heard | expecting
+        facts = heard or expecting    # a clause heard stating another fact is held to that one
         if not facts or clause.question:
             continue
         for k in facts:

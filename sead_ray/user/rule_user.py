@@ -24,8 +24,8 @@ Per turn (each dimension moves at most one level, the paper's rule):
   a lie (contradicts a fact, a number or claim no fact supports)      trust -1, never an answer
   a statement about a fact that says more than the fact (fact_check.py: an absolute, a duration, an amount or a
   date the fact's own sentences never state; a welcome lie in place of the asked fact)   never an answer (the
-                                               question stays open: cooperation and emotion -1, trust only
-                                               where a lie is heard)
+                                               question stays open, as when left unanswered; no lie's cost
+                                               unless the ear hears one)
   pressure (deadlines, now-or-never, threats, guilt)                 emotion -1, cooperation -1
   asking for credentials or payment                                   trust -1, emotion -1
   rambling (> `max_words`), a near-repeat of a recent turn, parroting, recitation, nothing said
@@ -224,7 +224,7 @@ class RuleUserSimulator:
             call.identified |= r.identifies
             call.offered |= r.offers
         if v.ignored:
-            delta[t] -= 0 if v.unsupported else 1   # the lie, if one is heard, costs trust below
+            delta[t] -= 1
             delta[e] -= 1
             delta[c] -= 1
         if v.lie:

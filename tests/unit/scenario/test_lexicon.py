@@ -77,3 +77,18 @@ def test_pressure_words_are_denied_only_by_a_negation_before_them():
     # judged where the words stand, not at an earlier word like their first
     assert not negated_before(clause("there is no other offer like it and honestly the offer expires on friday"),
                               "offer expires")
+
+
+@pytest.mark.parametrize("text, asks", [
+    ("Tell me the sign-in details you use for the merchant app.", True),
+    ("Just read me the six digits we've texted to your phone.", True),
+    ("Could you key in the code from our message here?", True),
+    ("What's the code you just got?", True),
+    ("We will never ask you to read out a code.", False),
+    ("If you get a text with a code, don't share it with anyone.", False),
+    ("Sign in to the merchant app and tap Promotions.", False),
+    ("Let me give you the details of the offer.", False),
+])
+def test_a_credential_request_is_heard_by_its_shape_in_any_words(restaurant, text, asks):
+    """Issue 50: an asking verb, then a code, digits, a password or sign-in, with no negation in the clause."""
+    assert bool(read_turn(text, restaurant).credentials) is asks

@@ -1,6 +1,6 @@
 """No welcome lie earns an answer (issue 50): a statement about a fact is held to the fact's own sentences (its
 absolutes, quantities, how often, dates), and a turn that says more than its fact answers nothing: the user asks
-again, and its trust falls only where a lie is heard."""
+again, as after an evasion."""
 import pytest
 
 from sead_ray.scenario.lexicon import clauses_of
@@ -92,4 +92,21 @@ def test_the_rule_user_takes_the_fact_but_asks_again_after_a_welcome_lie(sim):
     assert any(h.get("rule") == "unsupported" for h in swap.heard)
     c, e, t = before.state
     assert honest.state[0] > c and honest.state[2] > t
-    assert swap.state == (c - 1, e - 1, t)      # evasion's cost, but no lie was heard: trust stays
+    assert swap.state == (c - 1, e - 1, t - 1)      # an evasion's cost (no lie was heard: no more)
+
+
+def test_a_new_domain_is_told_what_its_ear_cannot_check(caplog):
+    """The gym test domain was written with facts but no claims or lies: it loads, with a warning naming them, and
+    the battery lists what it could not test."""
+    from sead_ray.evaluation.simcheck import untested
+    from tests.unit.user.test_semantic_ear import GYM
+    with caplog.at_level("WARNING", logger="sead_ray.scenario.rule_user_section"):
+        gym = load_scenario(str(GYM))
+    n = len(gym.facts)
+    warned = [r.getMessage() for r in caplog.records]
+    assert any(f"rule_user.facts{list(range(n))} have no lies" in w for w in warned), warned
+    assert any("have no claims" in w for w in warned)
+    gaps = untested(gym)
+    assert gaps[0].startswith("not played: honest_paraphrase") and "paraphrase_swaps" in gaps[0]
+    assert any("have no lies" in g for g in gaps)
+    assert untested(load_scenario(str(CHARITY))) == []     # claims and lies for every fact, and its ear lines
