@@ -28,8 +28,8 @@ Per turn (each dimension moves at most one level, the paper's rule):
                                                unless the ear hears one)
   pressure (deadlines, now-or-never, threats, guilt)                 emotion -1, cooperation -1
   asking for credentials or payment                                   trust -1, emotion -1
-  rambling (> `max_words`), a near-repeat of a recent turn, parroting, recitation, nothing said
-                                               emotion -1, never an answer
+  rambling (> `max_words`), a near-repeat of a recent turn (unless it answers the question voiced now: a person
+  takes a right answer when it comes), parroting, recitation, nothing said    emotion -1, never an answer
   asking for the decision before it is persuaded      cooperation -1 ("being rushed"; refuses if its
                                                refuse guard then holds)
   courtesy, at most `courtesy_credits` times per call   emotion +1
@@ -187,7 +187,8 @@ class RuleUserSimulator:
         v = TurnVerdict(
             lie=r.lie, pressure=bool(r.pressure), credentials=bool(r.credentials), payment=bool(r.payment),
             recital=call.voiced is not None and len(recited - self._incidental(r, call)) >= spec.salad_concerns,
-            too_long=r.n_words > spec.max_words, empty=r.n_words == 0, repeat=near,
+            too_long=r.n_words > spec.max_words, empty=r.n_words == 0,
+            repeat=near and not (kind == "concern" and k in stated),   # said before, but it answers what is asked now
             parrot=len(r.content) >= 2 and r.content <= heard, asked=r.asks, courtesy=r.courtesy, unsupported=bool(why))
         answered = not v.bad and ((kind == IDENTITY and r.identifies) or (kind == OFFER and r.offers)
                                   or (kind == "concern" and k in stated) or (kind == DECISION and r.asks))

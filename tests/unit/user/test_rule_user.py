@@ -161,8 +161,9 @@ def test_mood_follows_how_the_owner_is_treated(sim):
     assert prompt.state[1] == 2 and late.state[1] == 1
     # courtesy counts once per call
     thanks = ["Thank you for picking up!", "Thanks a lot.", "Thank you so much."]
-    moods = [respond(sim, [opening(sim) + " " + t for t in thanks[:i + 1]], state=(2, 0, 2)).state[1]
-             for i in range(1, 3)]
+    # (the owner asks who calls; the opening says "free", which would answer a cost question)
+    moods = [respond(sim, [opening(sim) + " " + t for t in thanks[:i + 1]], state=(2, 0, 2),
+                     behaviors=(IDENTITY,)).state[1] for i in range(1, 3)]
     assert moods[0] == moods[1]
 
 
@@ -182,6 +183,22 @@ def test_rambling_and_near_repeats_earn_nothing_at_the_demo_settings(sim, smollm
     twice = respond(sim, [opening(sim), ANSWER_COST, again], state=(0, 1, 0))
     once = respond(sim, [opening(sim), ANSWER_COST], state=(0, 1, 0))
     assert twice.state[1] < once.state[1]
+
+
+def test_a_right_answer_counts_when_it_comes_even_if_said_before(sim):
+    """Issue 51: a fact said when it answered nothing, said again once its question is asked, answers it."""
+    behaviors = (COST, IDENTITY)
+    first, second = [sim.spec.concerns[k] for k in sim.concern_order(behaviors)]
+    answer = {"cost": ANSWER_COST, "identity": ANSWER_IDENTITY}
+    early, due = answer[second.name], answer[first.name]
+    call = [opening(sim), early, due]
+    asked = respond(sim, call, state=(3, 3, 3), behaviors=behaviors)
+    assert asked.reply in second.say        # the early answer answered nothing; now its question is voiced
+    again = respond(sim, [*call, early], state=(3, 3, 3), behaviors=behaviors)
+    assert again.heard[0]["verdict"].startswith("answered") and again.heard[0]["agenda"]["resolved"] == 2
+    # a repeat that answers nothing asked still earns nothing
+    stale = respond(sim, [*call, due], state=(3, 3, 3), behaviors=behaviors)
+    assert "repeat" in stale.heard[0]["verdict"] and stale.heard[0]["agenda"]["resolved"] == 1
 
 
 def test_endings_agree_with_the_guards_and_goodbye_never_loops(sim, scenario):
