@@ -24,7 +24,7 @@ from sead_ray.scenario.state import StateSchema
 _SCALARS = ("cr", "att", "upa", "ei", "ti", "ci", "agent_parse_failures", "user_parse_failures", "dialogues_per_s",
             "agent_tokens_per_s", "sampling_entropy", "reward_mean", "policy_version", "sync_s", "rollout_s",
             "iteration_s", "user_engines", "error_calls", "error_replays",
-            "user_step_clamps", "user_status_overrides")
+            "user_step_clamps", "user_status_overrides", "answer_rate", "upa_middle_guess")
 
 
 def _render_dialogue(record: dict) -> str:

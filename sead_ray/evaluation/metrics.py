@@ -116,6 +116,12 @@ class DialogueMetrics:
     end_reasons: Optional[dict] = None
     agent_tokens: int = 0
     accel_seconds_per_1k: Optional[float] = None
+    # the share of policy turns after a voiced concern that answered it (the rule user's verdicts; None without)
+    answer_rate: Optional[float] = None
+    concern_turns: int = 0
+    # UPA of the constant guess of every scale's middle, on the same turns: what an agent that does not read the
+    # user scores
+    upa_middle_guess: Optional[float] = None
 
     def headline(self) -> dict:
         """The `sead-ray metrics --json` object."""
@@ -164,6 +170,7 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
     n = len(records)
     success_turns = [len(policy_turns(r)) for r in records if r["outcome"] == "success"]
     abs_err = {name: [] for name, _ in dims}
+    middle_err = {name: [] for name, _ in dims}
     deltas = {name: [] for name, _ in dims}
     end_reasons = {reason: 0 for reason in END_REASONS}
     agent_fail = user_fail = tokens = 0
@@ -173,8 +180,9 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
         end_reasons[r["end_reason"]] += 1
         pairs, start, final = estimate_pairs(r, dims)
         for est, seen in pairs:
-            for name, _ in dims:
+            for name, hi in dims:
                 abs_err[name].append(abs(float(est[name]) - seen[name]))
+                middle_err[name].append(abs(hi // 2 - seen[name]))
         agent_fail += sum("agent_parse_ok" in t and not t["agent_parse_ok"] for t in policy_turns(r))
         for name, _ in dims:
             deltas[name].append(final[name] - start[name])
@@ -185,9 +193,11 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
             engine_seconds += float(timing["accel_s"])
             timed += 1
     n_est = len(abs_err[dims[0][0]])
-    upa = None
+    upa = upa_middle = None
     if n_est:
         upa = 1.0 - sum(_mean(abs_err[name]) / hi for name, hi in dims) / len(dims)
+        upa_middle = 1.0 - sum(_mean(middle_err[name]) / hi for name, hi in dims) / len(dims)
+    answered, concern_turns = answers(records)
     att, att_std = mean_std(success_turns)
     by_name = {name: _mean(deltas[name]) for name, _ in dims}
     return DialogueMetrics(
@@ -196,7 +206,22 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
         successes=len(success_turns), estimates=n_est, agent_parse_failures=agent_fail,
         user_parse_failures=user_fail, end_reasons=end_reasons, agent_tokens=tokens,
         accel_seconds_per_1k=(1000.0 * engine_seconds / timed) if timed else None,
+        answer_rate=answered / concern_turns if concern_turns else None, concern_turns=concern_turns,
+        upa_middle_guess=upa_middle,
     )
+
+
+def answers(records: Iterable[Mapping]) -> tuple[int, int]:
+    """(policy turns that answered the concern the user had voiced, policy turns after a voiced concern), from the
+    rule user's verdicts (`user_heard[0]`: what it had asked, what it made of the turn)."""
+    answered = asked = 0
+    for r in records:
+        for t in policy_turns(r):
+            heard = (t.get("user_heard") or [{}])[0]
+            if str(heard.get("asked") or "").startswith("concern"):
+                asked += 1
+                answered += str(heard.get("verdict", "")).startswith("answered")
+    return answered, asked
 
 
 def start_of_record(record: Mapping) -> str:
@@ -232,7 +257,10 @@ def format_table(m: DialogueMetrics, title: str = "SEAD metrics", extra: Optiona
         ("dialogues", str(m.n)),
         ("CR (completion rate)", "-" if m.cr is None else f"{100 * m.cr:.1f} % ({m.successes}/{m.n})"),
         ("ATT (turns, successes)", "-" if m.att is None else f"{m.att:.2f} +- {m.att_std:.2f}"),
-        ("UPA (state estimates)", f"{_fmt(m.upa)} ({m.estimates} estimates)"),
+        ("UPA (state estimates)", f"{_fmt(m.upa)} ({m.estimates} estimates; the constant middle guess "
+                                  f"{_fmt(m.upa_middle_guess)})"),
+        ("answer rate (voiced concerns)", "-" if m.answer_rate is None
+         else f"{m.answer_rate:.2f} ({m.concern_turns} turns after a concern)"),
         ("EI / TI / CI", f"{_fmt(m.ei, 2)} / {_fmt(m.ti, 2)} / {_fmt(m.ci, 2)}"),
         ("parse failures agent/user", f"{m.agent_parse_failures} / {m.user_parse_failures}"),
         ("end reasons", ", ".join(f"{k} {v}" for k, v in (m.end_reasons or {}).items() if v) or "-"),

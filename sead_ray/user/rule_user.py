@@ -93,6 +93,7 @@ class _Call:
     offered: bool = False
     resolved: set[int] = field(default_factory=set)
     voiced: Optional[tuple[str, int]] = None   # the question the user asked last (None: none yet, or none open)
+    judged_against: Optional[tuple[str, int]] = None   # the question the last turn was graded against
     ignored: int = 0                       # rounds the voiced question went unanswered
     courtesy_used: int = 0
     status: str = "continue"
@@ -209,6 +210,7 @@ class RuleUserSimulator:
 
     def _step(self, call: _Call, said: str, user_line: str, turn_index: int) -> None:
         spec, (c, e, t) = self.spec, (self._idx["cooperation"], self._idx["emotion"], self._idx["trust"])
+        call.judged_against = call.voiced
         v, r = self.judge(said, call, user_line)
         delta = [0] * len(call.state)
         kind, k = call.voiced or ("", -1)
@@ -292,7 +294,10 @@ class RuleUserSimulator:
         flags = [name for name, on in asdict(call.verdict).items() if on]
         agenda = {"identified": call.identified, "offered": call.offered,   # the milestones reward reads it
                   "resolved": len(call.resolved & set(call.own)), "concerns": len(call.own)}
-        heard = [{"verdict": ", ".join(flags) or "nothing", "ear": self.ear.name, "agenda": agenda}, *call.heard]
+        kind, k = call.judged_against or ("", -1)
+        asked = f"concern: {self.spec.concerns[k].name}" if kind == "concern" else kind or None   # answer_rate reads it
+        heard = [{"verdict": ", ".join(flags) or "nothing", "ear": self.ear.name, "agenda": agenda, "asked": asked},
+                 *call.heard]
         return UserTurnOutput(reply, tuple(call.state), call.status, ok=True, raw=reply, engine="rule", heard=heard)
 
     def _reply(self, call: _Call, seed: int) -> str:

@@ -36,9 +36,24 @@ def test_hand_computed_example():
     # 3 estimates: abs errors c (0, 1, 2), e (0, 0, 3), t (0, 2, 0) -> MAE c 1, e 1, t 2/3
     assert m.estimates == 3
     assert m.upa == pytest.approx(1 - (1 / 4 + 1 / 3 + (2 / 3) / 5) / 3)
+    # the constant middle guess (2, 1, 2) on the same states (2, 1, 3), (3, 2, 4), (0, 0, 0): MAE c 1, e 2/3, t 5/3
+    assert m.upa_middle_guess == pytest.approx(1 - (1 / 4 + (2 / 3) / 3 + (5 / 3) / 5) / 3)
+    assert m.answer_rate is None and m.concern_turns == 0      # no rule-user verdicts in these records
     # final - initial: (2, 2, 2), (2, 1, 2), (0, 0, 0)
     assert m.ci == pytest.approx(4 / 3) and m.ei == pytest.approx(1.0) and m.ti == pytest.approx(4 / 3)
     assert m.end_reasons["accept"] == 2 and m.end_reasons["hangup"] == 1
+
+
+def test_the_answer_rate_counts_policy_turns_after_a_voiced_concern():
+    def heard(asked, verdict):
+        return {**turn(None, st(1, 1, 1)), "user_heard": [{"asked": asked, "verdict": verdict}]}
+    record = {"profile": {**st(1, 1, 1), "behaviors": []}, "outcome": "failure", "end_reason": "hangup",
+              "turns": [{**heard("concern: cost", "answered"), "scripted": True},    # the script's, not the policy's
+                        heard(None, "nothing"), heard("identity", "answered"), heard("concern: cost", "ignored"),
+                        heard("concern: validity", "answered, courtesy"), heard("concern: cost", "ignored, repeat")]}
+    m = compute_metrics([record])
+    assert m.concern_turns == 3 and m.answer_rate == pytest.approx(1 / 3)
+    assert "answer rate (voiced concerns)  0.33 (3 turns after a concern)" in format_table(m)
 
 
 def test_estimate_compares_with_last_seen_state_when_a_turn_lost_its_state():

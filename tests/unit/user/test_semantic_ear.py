@@ -60,7 +60,7 @@ def test_the_user_keeps_why_in_the_call_record(scenario):
                   state=(3, 2, 3), behaviors=(COST,))
     assert out.status == "accept"
     first, *reasons = out.heard
-    assert first == {"verdict": "answered, asked", "ear": "semantic",
+    assert first == {"verdict": "answered, asked", "ear": "semantic", "asked": "decision",
                      "agenda": {"identified": True, "offered": True, "resolved": 1, "concerns": 1}}
     assert reasons and {"clause", "verdict", "nearest", "similarity"} <= set(reasons[0])
 
