@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sead_ray.core.jsonl import read_jsonl, read_text
+from sead_ray.evaluation.held_out import format_held_out_test, held_out_test
 from sead_ray.evaluation.metrics import start_order
 from sead_ray.evaluation.significance import format_verdict, learning_verdict, success_rate
 from sead_ray.scenario.state import StateSchema, parse_state_key
@@ -132,8 +133,8 @@ def learning_summary(rows: list[dict], window: int = 2) -> dict:
         before, after = pooled(rows[:window]), pooled(rows[-window:])
         if before and after:
             out["verdict"] = learning_verdict(before, after)
-            out["verdict_text"] = format_verdict(out["verdict"], f"first {window} iterations",
-                                                 f"last {window} iterations")
+            out["verdict_text"] = format_verdict(out["verdict"], f"training calls, first {window} iterations",
+                                                 f"training calls, last {window} iterations", is_test=False)
     return out
 
 
@@ -143,6 +144,9 @@ def print_learning(run_dir: Path) -> None:
     rows = read_metrics_rows(metrics) if metrics.exists() else []
     if not rows:
         return
+    test = held_out_test(run_dir)
+    if test is not None:
+        print("\nlearning verdict (" + format_held_out_test(test) + ")")
     learning = learning_summary(rows)
     print("\nsuccess rate per iteration (training calls, 95 % Wilson interval):")
     for p in learning["per_iteration"]:
@@ -153,8 +157,11 @@ def print_learning(run_dir: Path) -> None:
 
 def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str], learning: dict,
                      held_out: Sequence[dict] = (), held_out_starts: Optional[dict[str, list[dict]]] = None) -> str:
-    lines = [f"# sead-ray run `{run_dir}`", "",
-             "| iter | CR | reward | loss | KL | logprob mismatch | dialogues/s | agent tok/s | engines | s |",
+    test = held_out_test(run_dir)
+    lines = [f"# sead-ray run `{run_dir}`", ""]
+    if test is not None:
+        lines += ["## Learning verdict", "", "```", format_held_out_test(test), "```", ""]
+    lines += ["| iter | CR | reward | loss | KL | logprob mismatch | dialogues/s | agent tok/s | engines | s |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
@@ -165,7 +172,7 @@ def summary_markdown(run_dir: Path, rows: list[dict], checkpoint: Optional[str],
     lines += ["", "## Success rate per iteration (95 % Wilson interval)", ""]
     lines += [f"- iteration {p['iteration']}: {p['text']}" for p in learning["per_iteration"]]
     if learning["verdict"] is not None:
-        lines += ["", "## Before and after", "", "```", learning["verdict_text"], "```"]
+        lines += ["", "## Training calls, first and last iterations", "", "```", learning["verdict_text"], "```"]
     if held_out:
         lines += ["", "## Held-out evaluation (greedy, fixed profiles and seeds: `train.eval_every`)", ""]
         lines += [f"- after iteration {p['iteration']}: {p['text']}" for p in learning_summary(held_out)["per_iteration"]]

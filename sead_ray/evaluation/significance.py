@@ -124,14 +124,16 @@ def learning_verdict(before: Sequence[bool], after: Sequence[bool], alpha: float
 
 
 def format_verdict(verdict: dict, before_label: str = "before (first 2 iterations)",
-                   after_label: str = "after (last 2 iterations)") -> str:
-    """Three-line human summary of learning_verdict's result."""
+                   after_label: str = "after (last 2 iterations)", is_test: bool = True) -> str:
+    """Three-line human summary of learning_verdict's result; `is_test` False: calls that are not like for like
+    (training calls across a moving curriculum), shown with no verdict."""
     lines = [f"{label}: {SuccessRate(**{f: verdict[key][f] for f in ('k', 'n', 'low', 'high')})}"
              for label, key in ((before_label, "before"), (after_label, "after"))]
     p = verdict["p_one_sided"]
     p_text = f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
     level = f"{100 * verdict.get('confidence', 0.95):g}"
-    outcome = "significant" if verdict["gain"] else "no significant gain"
+    outcome = ("significant" if verdict["gain"] else "no significant gain") if is_test else \
+        "descriptive only (the curriculum moved the start mix: not a test of learning)"
     lines.append(f"gain {verdict['diff']:+.2f} ({level}% bootstrap [{verdict['diff_low']:.2f}, "
                  f"{verdict['diff_high']:.2f}]), one-sided exact p = {p_text}: {outcome}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
+from sead_ray.evaluation.held_out import format_held_out_test, held_out_test
 from sead_ray.evaluation.metrics import DEFAULT_DIMENSIONS
 from sead_ray.evaluation.report import learning_summary, metrics_rows
 from sead_ray.scenario.state import Dimension, StateSchema
@@ -94,8 +95,10 @@ class Views:
                            "band_fractions": row.get("band_fractions"), "cr_by_start": row.get("cr_by_start")})
         _, _, schema, problem = self.setting(run)
         checkpoint = latest_checkpoint(run)
+        test = held_out_test(run)
         return {"run": rel, "series": series, "held_out": held, "held_out_by_start": by_start,
-                "verdict": learning.get("verdict_text"),
+                "verdict": format_held_out_test(test) if test else None, "held_out_test": test,
+                "training_verdict": learning.get("verdict_text"),
                 "verdict_data": learning.get("verdict"), "problems": problems, "version": version,
                 "config_problem": problem, "checkpoint": checkpoint.name if checkpoint else None,
                 "curriculum": sorted(int(p.stem[5:]) for p in (run / "curriculum").glob("iter_*.json")

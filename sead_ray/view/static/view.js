@@ -147,9 +147,10 @@ SV.runView = function (run, path) {
   if (p && (p.torn || p.malformed)) out.push(h("div", { class: "warn", "data-testid": "torn" },
     `metrics.jsonl: ${p.torn} torn line(s) skipped (lines ${p.torn_lines.join(", ")}), ${p.malformed} malformed`));
   if (!s.length) { out.push(h("p", {}, "No finished training iteration yet.")); return out; }
-  out.push(h("div", { class: "card" }, h("h3", {}, "Learning verdict (as report/summary.md)"),
+  out.push(h("div", { class: "card" }, h("h3", {}, "Learning verdict (held-out cold calls; as report/summary.md)"),
     run.verdict ? h("pre", { class: "verdict", "data-testid": "verdict" }, run.verdict)
-      : h("p", { class: "muted", "data-testid": "verdict" }, "Not enough iterations for the before/after test (it pools the first two and the last two: 4 needed).")));
+      : h("p", { class: "muted", "data-testid": "verdict" }, "No two held-out evaluations yet (train.eval_every): the verdict compares the first, after the warm start, with the last, owner by owner."),
+    run.training_verdict ? h("pre", { class: "muted", "data-testid": "training-verdict" }, run.training_verdict) : null));
   const cr = { name: "CR, training calls (95 % CI)", color: "#1f5fbf", points: s.map((r) => ({ x: r.iteration, y: r.n ? r.k / r.n : null, lo: r.low, hi: r.high })) };
   const held = { name: "CR, held-out (greedy)", color: "#d9480f", marker: "diamond", dash: "4 3",   // nudged right: both bars readable
     points: run.held_out.map((r) => ({ x: r.iteration + 0.06, y: r.n ? r.k / r.n : null, lo: r.low, hi: r.high })) };

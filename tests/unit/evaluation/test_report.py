@@ -83,7 +83,7 @@ def test_learning_is_claimed_only_with_significance(tmp_path):
     flat = [{"iteration": i, "phase": "train", "successes": 5, "n": 16} for i in (1, 2, 3, 4)]
     summary = learning_summary(flat)
     assert [p["text"] for p in summary["per_iteration"]][0] == "5/16 = 0.31 [0.14, 0.56]"
-    assert summary["verdict"]["gain"] is False and "no significant gain" in summary["verdict_text"]
+    assert summary["verdict"]["gain"] is False and "descriptive only" in summary["verdict_text"]
     # 6/32 -> 26/32 pooled: p far below 0.05; an error call is left out of n
     rising = [{"iteration": 1, "phase": "train", "successes": 3, "n": 17, "error_calls": 1},
               {"iteration": 2, "phase": "train", "successes": 3, "n": 16},
@@ -92,12 +92,48 @@ def test_learning_is_claimed_only_with_significance(tmp_path):
     summary = learning_summary(rising)
     v = summary["verdict"]
     assert (v["before"]["k"], v["before"]["n"], v["after"]["k"], v["after"]["n"]) == (6, 32, 26, 32)
-    assert v["gain"] is True and v["p_one_sided"] < 1e-4 and "significant" in summary["verdict_text"]
+    assert v["gain"] is True and v["p_one_sided"] < 1e-4
+    # training calls across a moving curriculum are described, never called significant (issue 51)
+    assert "significant" not in summary["verdict_text"] and "descriptive only" in summary["verdict_text"]
     assert learning_summary(rising[:3])["verdict"] is None       # fewer than 2 + 2 iterations: no claim
     # the report carries both, and the held-out evaluations apart
     held_out = [{"iteration": 0, "phase": "eval", "successes": 2, "n": 8},
                 {"iteration": 4, "phase": "eval", "successes": 6, "n": 8}]
     run = _run_dir(tmp_path, rising + held_out)
     table = write_report(run, _schema())[0].read_text()
-    assert "## Before and after" in table and "26/32 = 0.81" in table
+    assert "## Training calls, first and last iterations" in table and "26/32 = 0.81" in table
+    assert "## Learning verdict" not in table            # no held-out calls written: no test to lead with
     assert "after iteration 0: 2/8 = 0.25" in table and "after iteration 4: 6/8 = 0.75" in table
+
+
+def test_the_run_tests_its_own_claim_on_its_held_out_owners(tmp_path):
+    """Issue 51: the first held-out evaluation against the last, owner by owner (exact one-sided McNemar), pooled
+    and per user set; the report leads with it."""
+    from sead_ray.evaluation.held_out import format_held_out_test, held_out_test
+    from sead_ray.evaluation.report import write_report
+    from sead_ray.evaluation.significance import mcnemar_exact_greater
+    rows = [{"iteration": i, "phase": "train", "successes": 5, "n": 16} for i in (1, 2, 3, 4)]
+    run = _run_dir(tmp_path, rows)
+    calls = run / "dialogues"
+    calls.mkdir(exist_ok=True)
+
+    def write(name, iteration, won):
+        lines = [json.dumps({"dialogue_id": f"it{iteration:04d}-p{i:04d}-r0", "outcome": "success" if w else "failure",
+                             "profile": {"user_set": "soft" if i < 8 else "hard"}, "error": None})
+                 for i, w in enumerate(won)]
+        (calls / name).write_text("\n".join(lines) + "\n")
+    before = [False] * 12 + [True] * 4                       # 4/16: owners 12-15 (hard) won
+    after = [True] * 7 + [False] * 5 + [True, False, True, True]   # 7 soft lost -> won, owner 13 won -> lost
+    write("eval_0000.jsonl", 0, before)
+    write("eval_0004.jsonl", 4, after)
+    write("eval_0004_d0.jsonl", 4, [True] * 16)              # a deeper start: not the cold test
+    test = held_out_test(run)
+    assert (test["before_iteration"], test["after_iteration"], test["n"], test["before"], test["after"]) == (0, 4, 16, 4, 10)
+    assert (test["lost_to_won"], test["won_to_lost"]) == (7, 1)
+    assert test["p_one_sided"] == mcnemar_exact_greater(list(zip(before, after))) and test["significant"]
+    assert test["by_user_set"]["soft"]["lost_to_won"] == 7 and not test["by_user_set"]["hard"]["significant"]
+    text = format_held_out_test(test)
+    assert text.startswith("held-out cold calls, the same owners, greedy: after the warm start vs after iteration 4")
+    assert "4/16 -> 10/16 won (7 lost -> won, 1 won -> lost)" in text and ": significant at 0.05" in text
+    summary = write_report(run, _schema())[0].read_text()
+    assert summary.index("## Learning verdict") < summary.index("| iter | CR |") and text in summary
