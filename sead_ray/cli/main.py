@@ -222,7 +222,7 @@ def cmd_train(args) -> int:
                 ray.shutdown()
     except RunDirectoryBusy as exc:
         raise UsageError(str(exc)) from None
-    report = _write_report_quietly(Path(summary["run_dir"]), scenario.schema, summary.get("checkpoint"))
+    report = _write_report_quietly(Path(summary["run_dir"]), scenario, summary.get("checkpoint"))
     state = "stopped early" if summary.get("interrupted") else "finished"
     from sead_ray.evaluation.report import print_learning
     print_learning(Path(summary["run_dir"]))
@@ -239,11 +239,12 @@ def cmd_train(args) -> int:
     return 130 if summary.get("interrupted") else 0
 
 
-def _write_report_quietly(run_dir: Path, schema, checkpoint: Optional[str]) -> Optional[Path]:
+def _write_report_quietly(run_dir: Path, scenario, checkpoint: Optional[str]) -> Optional[Path]:
     """The end-of-run report; a plotting problem must not turn a finished run into a failed command."""
+    from sead_ray.evaluation.made_up import scenario_sentences
     from sead_ray.evaluation.report import ReportError, write_report
     try:
-        return write_report(run_dir, schema, checkpoint)[0].parent
+        return write_report(run_dir, scenario.schema, checkpoint, scenario_sentences(scenario))[0].parent
     except ReportError:
         return None
     except Exception as exc:  # e.g. matplotlib missing or failing: the run itself is fine
@@ -252,6 +253,7 @@ def _write_report_quietly(run_dir: Path, schema, checkpoint: Optional[str]) -> O
 
 
 def cmd_report(args) -> int:
+    from sead_ray.evaluation.made_up import scenario_sentences
     from sead_ray.evaluation.report import ReportError, write_report
     from sead_ray.training.checkpoint import latest_checkpoint
     run_dir = Path(args.run_dir)
@@ -260,7 +262,8 @@ def cmd_report(args) -> int:
     _, scenario = load(str(run_dir / "config.yaml"), [])
     checkpoint = latest_checkpoint(run_dir)
     try:
-        files = write_report(run_dir, scenario.schema, str(checkpoint) if checkpoint else None)
+        files = write_report(run_dir, scenario.schema, str(checkpoint) if checkpoint else None,
+                             scenario_sentences(scenario))
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     for f in files:

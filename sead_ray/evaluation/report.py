@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from sead_ray.core.jsonl import read_jsonl, read_text
 from sead_ray.evaluation.held_out import format_held_out_test, held_out_test
+from sead_ray.evaluation.made_up import made_up
 from sead_ray.evaluation.metrics import start_order
 from sead_ray.evaluation.significance import format_verdict, learning_verdict, success_rate
 from sead_ray.scenario.state import StateSchema, parse_state_key
@@ -298,8 +299,24 @@ def _plot_cr_by_state(curriculum: dict, schema: StateSchema, path: Path) -> None
     plt.close(fig)
 
 
-def write_report(run_dir: Path, schema: StateSchema, checkpoint: Optional[str] = None) -> list[Path]:
-    """Write `run_dir/report/`; returns the files written. Raises ReportError if there is nothing to show."""
+def made_up_markdown(run_dir: Path, own_sentences: Sequence[str], top: int = 5) -> list[str]:
+    """Per dialogues file, the sentences of won calls that are not the scenario's (evaluation/made_up.py)."""
+    lines = ["", "## What the agent made up (sentences of won calls that are not the scenario's)", ""]
+    for path in sorted((run_dir / "dialogues").glob("*.jsonl")):
+        records = [json.loads(line) for line in read_text(path, ReportError, "dialogues").splitlines() if line.strip()]
+        found = made_up(records, list(own_sentences))
+        won = sum(r.get("outcome") == "success" for r in records)
+        lines.append(f"- `{path.name}`: {len(found)} sentence(s), said {sum(f['said'] for f in found)} time(s), "
+                     f"in {won} won call(s)")
+        lines += [f"  - {f['said']} x {f['sentence']!r} (nearest: {f['nearest']!r}, {f['similarity']:.2f})"
+                  for f in found[:top]]
+    return lines
+
+
+def write_report(run_dir: Path, schema: StateSchema, checkpoint: Optional[str] = None,
+                 own_sentences: Sequence[str] = ()) -> list[Path]:
+    """Write `run_dir/report/`; returns the files written. Raises ReportError if there is nothing to show.
+    `own_sentences` (made_up.scenario_sentences): the won calls' other sentences are listed, per dialogues file."""
     import matplotlib
     matplotlib.use("Agg")
     metrics = run_dir / "metrics.jsonl"
@@ -315,7 +332,8 @@ def write_report(run_dir: Path, schema: StateSchema, checkpoint: Optional[str] =
     held_out = read_metrics_rows(metrics, phase="eval")
     held_out_starts = held_out_by_start(metrics)
     learning = learning_summary(rows)   # the table and the plot show the same intervals (one bootstrap)
-    written[0].write_text(summary_markdown(run_dir, rows, checkpoint, learning, held_out, held_out_starts))
+    summary = summary_markdown(run_dir, rows, checkpoint, learning, held_out, held_out_starts)
+    written[0].write_text(summary + ("\n".join(made_up_markdown(run_dir, own_sentences)) + "\n" if own_sentences else ""))
     _plot_progress(rows, written[1], learning, held_out)
     if any(r.get("cr_by_start") for r in rows) or set(held_out_starts) - {"cold"}:
         written.append(out / "cr_by_start.png")

@@ -137,3 +137,32 @@ def test_the_run_tests_its_own_claim_on_its_held_out_owners(tmp_path):
     assert "4/16 -> 10/16 won (7 lost -> won, 1 won -> lost)" in text and ": significant at 0.05" in text
     summary = write_report(run, _schema())[0].read_text()
     assert summary.index("## Learning verdict") < summary.index("| iter | CR |") and text in summary
+
+
+def test_the_report_lists_what_the_agent_made_up_in_won_calls(tmp_path, scenario):
+    """Issue 51: sentences of the policy's turns in won calls that are none of the scenario's, most frequent first,
+    with the nearest scenario sentence; lost calls and scripted turns are not the policy's wins."""
+    from sead_ray.evaluation.made_up import made_up, scenario_sentences
+    from sead_ray.evaluation.report import write_report
+    own = scenario_sentences(scenario)
+    assert scenario.facts[1] in own and scenario.rule_user.ask in own
+    fact = scenario.facts[1]
+
+    def call(outcome, *turns, scripted=()):
+        return {"outcome": outcome, "turns": [{"agent": t, "scripted": t in scripted} for t in turns]}
+    records = [call("success", scenario.rule_user.opening, fact.upper() + " The credit never expires.",
+                    "Honestly, it never expires!", scripted=()),
+               call("success", "The credit never expires.", fact.replace(".", " !")),
+               call("failure", "A sentence of a lost call."),
+               call("success", "A scripted sentence.", scripted=("A scripted sentence.",))]
+    found = made_up(records, own)
+    assert [(f["sentence"], f["said"], f["won_calls"]) for f in found] == [
+        ("The credit never expires.", 2, 2), ("Honestly, it never expires!", 1, 1)]
+    assert found[0]["nearest"] in own and 0 < found[0]["similarity"] < 1
+    rows = [{"iteration": 1, "phase": "train", "successes": 3, "n": 4}]
+    run = _run_dir(tmp_path, rows)
+    (run / "dialogues").mkdir(exist_ok=True)
+    (run / "dialogues" / "iter_0001.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    summary = write_report(run, _schema(), own_sentences=own)[0].read_text()
+    assert "- `iter_0001.jsonl`: 2 sentence(s), said 3 time(s), in 3 won call(s)" in summary
+    assert "2 x 'The credit never expires.'" in summary
