@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from sead_ray.evaluation.metrics import policy_turns
@@ -19,7 +19,18 @@ from sead_ray.scenario.lexicon import sentences_of
 
 
 def _normal(text: str) -> str:
+    """A sentence as compared: case, spacing and punctuation aside."""
     return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def not_the_scenarios(text: str, own: Collection[str]) -> list[str]:
+    """The sentences of `text` that are none of `own` (normalised: see known_sentences)."""
+    return [s.text for s in sentences_of(text) if _normal(s.text) and _normal(s.text) not in own]
+
+
+def known_sentences(own: Iterable[str]) -> dict[str, str]:
+    """The scenario's sentences by their normalised text."""
+    return {_normal(s): s for s in own}
 
 
 def scenario_sentences(scenario: Any) -> list[str]:
@@ -35,19 +46,15 @@ def scenario_sentences(scenario: Any) -> list[str]:
 def made_up(records: Iterable[Mapping], own: list[str]) -> list[dict]:
     """The sentences of the policy's turns in won calls that are none of `own` (scenario_sentences), each with how
     often it was said, in how many won calls, the nearest scenario sentence and its similarity; most frequent first."""
-    known = {_normal(s): s for s in own}
+    known = known_sentences(own)
     said: Counter = Counter()
     calls: Counter = Counter()
     for record in records:
         if record.get("outcome") != "success":
             continue
-        in_call = set()
-        for turn in policy_turns(record):
-            for sentence in sentences_of(turn.get("agent") or ""):
-                if _normal(sentence.text) and _normal(sentence.text) not in known:
-                    said[sentence.text] += 1
-                    in_call.add(sentence.text)
-        calls.update(in_call)
+        new = [s for turn in policy_turns(record) for s in not_the_scenarios(turn.get("agent") or "", known)]
+        said.update(new)
+        calls.update(set(new))
     out = []
     for sentence, n in said.most_common():
         norm = _normal(sentence)

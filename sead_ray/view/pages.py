@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sead_ray.evaluation.held_out import format_held_out_test, held_out_test
+from sead_ray.evaluation.made_up import known_sentences, made_up, not_the_scenarios, scenario_sentences
 from sead_ray.evaluation.metrics import DEFAULT_DIMENSIONS
 from sead_ray.evaluation.report import learning_summary, metrics_rows
 from sead_ray.scenario.state import Dimension, StateSchema
@@ -28,6 +29,7 @@ class Views:
     def __init__(self, folder: Folder):
         self.folder = folder
         self._settings: dict[Path, tuple] = {}
+        self._made_up: dict[tuple[Path, int], list[dict]] = {}   # by file and its indexed length
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------- settings
@@ -55,6 +57,19 @@ class Views:
     def dialogues_index(self, file: Path):
         _, _, schema, _ = self.setting(self.folder.source_of(file))
         return self.folder.index(file, "dialogues:" + ",".join(schema.names), summarizer(schema.names))
+
+    def made_up_in(self, file: Path) -> Optional[list[dict]]:
+        """The sentences of the file's won calls that are not the scenario's (evaluation/made_up.py), or None
+        without a scenario; computed again only when the file grew."""
+        _, scenario, _, _ = self.setting(self.folder.source_of(file))
+        if scenario is None:
+            return None
+        index = self.dialogues_index(file)
+        key = (file, index.end)
+        if key not in self._made_up:
+            won = [index.record(i) for i, s in enumerate(index.summaries) if s is not None and s.outcome == "success"]
+            self._made_up[key] = made_up(won, scenario_sentences(scenario))
+        return self._made_up[key]
 
     # ----------------------------------------------------------------------------- folder
     def overview(self) -> dict:
@@ -96,9 +111,13 @@ class Views:
         _, _, schema, problem = self.setting(run)
         checkpoint = latest_checkpoint(run)
         test = held_out_test(run)
+        latest = [max(run.glob(f"dialogues/{kind}_*.jsonl"), default=None) for kind in ("iter", "eval")]
+        made = [{"file": self.folder.rel(f), "sentences": found[:10], "total": len(found),
+                 "said": sum(x["said"] for x in found)}
+                for f in latest if f is not None and (found := self.made_up_in(f)) is not None]
         return {"run": rel, "series": series, "held_out": held, "held_out_by_start": by_start,
                 "verdict": format_held_out_test(test) if test else None, "held_out_test": test,
-                "training_verdict": learning.get("verdict_text"),
+                "training_verdict": learning.get("verdict_text"), "made_up": made,
                 "verdict_data": learning.get("verdict"), "problems": problems, "version": version,
                 "config_problem": problem, "checkpoint": checkpoint.name if checkpoint else None,
                 "curriculum": sorted(int(p.stem[5:]) for p in (run / "curriculum").glob("iter_*.json")
@@ -170,12 +189,17 @@ class Views:
         index = self.dialogues_index(file)
         record = index.record(i)
         summary = index.summaries[i]
-        cfg, _, schema, _ = self.setting(self.folder.source_of(file))
+        cfg, scenario, schema, _ = self.setting(self.folder.source_of(file))
         bands = self.bands_for(file)
+        # per turn, the policy's sentences that are not the scenario's (what the agent made up)
+        own = known_sentences(scenario_sentences(scenario)) if scenario is not None else None
+        new_words = None if own is None or not isinstance(record, dict) else [
+            [] if t.get("scripted") else not_the_scenarios(t.get("agent") or "", own) for t in record.get("turns", [])]
         return {"file": rel, "index": i, "total": len(index), "line": index.linenos[i], "record": record,
                 "summary": summary.to_json(), "reward": _reward(cfg, summary),
                 "band": None if bands is None else bands.get(summary.state, "unseen"),
-                "dimensions": [{"name": d.name, "max": d.max_level} for d in schema.dimensions]}
+                "dimensions": [{"name": d.name, "max": d.max_level} for d in schema.dimensions],
+                "made_up": new_words}
 
     def same_profile(self, rel: str, i: int, limit: int = 40) -> list[dict]:
         """The calls of the same profile in every other dialogues file of the folder (before/after)."""

@@ -137,9 +137,12 @@ def test_the_api_pages_and_filters_a_big_file_and_guards_hosts_and_origins(tmp_p
         assert [r["index"] for r in got["rows"]] == expect, filters
     one = client.get("/api/dialogue", params={"file": "dialogues/iter_0001.jsonl", "index": 9}).json()
     assert one["record"] == records[9] and one["line"] == 11 and one["reward"] == 1.0
+    assert one["made_up"] == [["words 9"]]     # its one turn's words are none of the scenario's
     run_page = client.get("/api/run", params={"path": ""}).json()
     assert [p["text"] for p in run_page["series"]] == ["40/120 = 0.33 [0.26, 0.42]"]
     assert run_page["problems"]["incomplete_last_line"]   # a row being written: shown once it is whole
+    # the 40 won calls' sentences, none the scenario's (the error call is no win)
+    assert [(m["file"], m["total"], m["said"]) for m in run_page["made_up"]] == [("dialogues/iter_0001.jsonl", 40, 40)]
     with open(run / "metrics.jsonl", "a") as f:   # the run writes on: the page's next poll sees a new version
         f.write('ation": 2, "phase": "train", "n": 120, "successes": 60, "cr": 0.5}\n')
     later = client.get("/api/run", params={"path": ""}).json()
@@ -244,6 +247,11 @@ def test_run_page_curriculum_and_compare_show_the_files_numbers(viewer, page, sh
         assert page.inner_text("[data-testid=verdict]").strip() == verdict
     training = summary.split("## Training calls, first and last iterations")[1].split("```")[1].strip()
     assert page.inner_text("[data-testid=training-verdict]").strip() == training
+    import urllib.request
+    with urllib.request.urlopen(f"{url}/api/run?path=run") as r:   # what the agent made up, where it won
+        made = json.loads(r.read())["made_up"]
+    card = page.query_selector("[data-testid=made-up]")
+    assert (card is not None) == bool(made) and all(m["file"] in card.inner_text() for m in made)
     shot(page, "run")
 
     page.goto(f"{url}/#/curriculum?run=run&iteration=4")

@@ -151,6 +151,11 @@ SV.runView = function (run, path) {
     run.verdict ? h("pre", { class: "verdict", "data-testid": "verdict" }, run.verdict)
       : h("p", { class: "muted", "data-testid": "verdict" }, "No two held-out evaluations yet (train.eval_every): the verdict compares the first, after the warm start, with the last, owner by owner."),
     run.training_verdict ? h("pre", { class: "muted", "data-testid": "training-verdict" }, run.training_verdict) : null));
+  if (run.made_up && run.made_up.length) out.push(h("div", { class: "card", "data-testid": "made-up" },
+    h("h3", {}, "What the agent made up: sentences of won calls that are not the scenario's"),
+    ...run.made_up.map((m) => h("div", {}, h("p", {}, `${m.file}: ${m.total} sentence(s), said ${m.said} time(s)`),
+      m.sentences.length ? h("ul", {}, ...m.sentences.map((x) => h("li", {}, `${x.said} × “${x.sentence}” `,
+        h("span", { class: "muted" }, `(nearest: “${x.nearest}”, ${x.similarity.toFixed(2)})`)))) : null))));
   const cr = { name: "CR, training calls (95 % CI)", color: "#1f5fbf", points: s.map((r) => ({ x: r.iteration, y: r.n ? r.k / r.n : null, lo: r.low, hi: r.high })) };
   const held = { name: "CR, held-out (greedy)", color: "#d9480f", marker: "diamond", dash: "4 3",   // nudged right: both bars readable
     points: run.held_out.map((r) => ({ x: r.iteration + 0.06, y: r.n ? r.k / r.n : null, lo: r.low, hi: r.high })) };
