@@ -7,10 +7,11 @@ statement clause: it speaks of the asked fact) is held to that fact's own senten
 `claims` of it):
 
 - **absolutes** the fact never uses ("forever", "never expires", "unlimited", "everyone", "guaranteed", "double",
-  "the very first"; generic English, by group, so that a fact saying "at no cost at all" allows "at all");
+  "the very first", "only through ..."; generic English, by group, so that a claim "You keep it for life." allows
+  "forever");
 - **quantities** of a kind the fact states (a duration, an amount in its unit), none of them the fact's: "a year"
-  where it says 30 days ("a month" is 30 days, "a full year" a year);
-- **calendar words** (months, weekdays) where the fact names others.
+  where it says 30 days ("a month" is 30 days, "a full year" a year); a duration no fact states;
+- **how often and dates** (monthly, once a year; months, weekdays) where the fact says otherwise.
 
 A turn with such a clause is `unsupported`: it answers nothing (the user asks again, as after an evasion), and the
 lie's own cost applies only where its ear also hears a lie. Where a fact states none of these, the ear's own margin
@@ -149,7 +150,7 @@ def scenario_bounds(facts: Sequence[str], spec: Any) -> list[FactBounds]:
 
 
 def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequence[FactBounds],
-                expecting: frozenset[int] = frozenset(), carried: frozenset[int] | None = None) -> list[str]:
+                expecting: frozenset[int] = frozenset()) -> list[str]:
     """Why the turn's statements say more than the facts they speak of (empty: nothing). `clauses`: each
     statement clause with the facts the ear heard it state; `expecting`: the facts that answer the voiced concern,
     which a statement clause of a would-be answer heard stating no fact speaks of. Absolutes are read clause by clause;
@@ -183,10 +184,6 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
         if b.periods and periods and not periods & b.periods:
             why.append(f"{'/'.join(sorted(periods))} where fact {k} says {'/'.join(sorted(b.periods))} ({text})")
         named = {w for c in said for w in c.words if w in CALENDAR}
-        if carried is not None and k in expecting and (b.quantities or b.periods or b.calendar) and k not in carried \
-                and not (durations & b.durations or {q for q in stated if q in b.quantities} or periods & b.periods
-                         or named & b.calendar):
-            why.append(f"none of fact {k}'s specifics ({text})")
         if b.calendar and named and not named & b.calendar:
             why.append(f"{'/'.join(sorted(named))} where fact {k} says {'/'.join(sorted(b.calendar))} ({text})")
     return list(dict.fromkeys(why))
