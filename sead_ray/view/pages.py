@@ -29,7 +29,8 @@ class Views:
     def __init__(self, folder: Folder):
         self.folder = folder
         self._settings: dict[Path, tuple] = {}
-        self._made_up: dict[tuple[Path, int], list[dict]] = {}   # by file and its indexed length
+        self._made_up: dict[Path, tuple[int, list[dict]]] = {}   # by file: its indexed length, what was made up
+        self._held_out: dict[Path, tuple[tuple, Optional[dict]]] = {}   # by run: its eval files' sizes, the test
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------- settings
@@ -65,11 +66,17 @@ class Views:
         if scenario is None:
             return None
         index = self.dialogues_index(file)
-        key = (file, index.end)
-        if key not in self._made_up:
+        if self._made_up.get(file, (None,))[0] != index.end:
             won = [index.record(i) for i, s in enumerate(index.summaries) if s is not None and s.outcome == "success"]
-            self._made_up[key] = made_up(won, scenario_sentences(scenario))
-        return self._made_up[key]
+            self._made_up[file] = (index.end, made_up(won, scenario_sentences(scenario)))
+        return self._made_up[file][1]
+
+    def held_out_test_of(self, run: Path) -> Optional[dict]:
+        """held_out.held_out_test, read again only when the run's held-out files changed (the page polls)."""
+        files = tuple((p.name, p.stat().st_size) for p in sorted(run.glob("dialogues/eval_*.jsonl")))
+        if self._held_out.get(run, (None,))[0] != files:
+            self._held_out[run] = (files, held_out_test(run))
+        return self._held_out[run][1]
 
     # ----------------------------------------------------------------------------- folder
     def overview(self) -> dict:
@@ -110,7 +117,7 @@ class Views:
                            "band_fractions": row.get("band_fractions"), "cr_by_start": row.get("cr_by_start")})
         _, _, schema, problem = self.setting(run)
         checkpoint = latest_checkpoint(run)
-        test = held_out_test(run)
+        test = self.held_out_test_of(run)
         latest = [max(run.glob(f"dialogues/{kind}_*.jsonl"), default=None) for kind in ("iter", "eval")]
         made = [{"file": self.folder.rel(f), "sentences": found[:10], "total": len(found),
                  "said": sum(x["said"] for x in found)}
