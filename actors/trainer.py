@@ -348,7 +348,7 @@ class TrainerGroup:
         shards = shard_samples(samples, self.world, self.settings.grad_accum_steps * self.settings.micro_batch_size)
         root = shared_root([s.token_ids for s in samples], [s.loss_mask for s in samples], self.settings.max_seq_len) \
             if self.settings.shared_prefix == "auto" else []
-        results = self._request(StepRequest(sum(sum(s.loss_mask) for s in samples), lr, reset_optimizer_after, root),
+        results = self._request(StepRequest(round(sum(sum(s.loss_mask) for s in samples)), lr, reset_optimizer_after, root),
                                 shards)
         return aggregate_step(results, time.perf_counter() - t0)
 

@@ -86,6 +86,9 @@ class TrainConfig:
         "warm_start); checkpointed as iteration 0")
     warm_start_steps: int = option(20, 1, 100000, "SOP rehearsal: fine-tuning steps")
     warm_start_calls: int = option(8, 1, 100000, "SOP rehearsal: script calls played per step (those won are learned)")
+    warm_start_decision_weight: float = option(1.0, 0.0, 1000.0, "SOP rehearsal: weight of each reply's first tokens "
+                                               "(where it chooses what to say) against the copying that follows, "
+                                               "the loss still a token mean (sead_ray.training.warm_start)")
     warm_start_lr: float = option(0.0, 0.0, 1.0, "SOP rehearsal: learning rate of its steps (supervised, so larger than "
                                   "GRPO's); 0 = train.lr")
     eval_every: int = option(0, 0, 100000,
@@ -119,7 +122,8 @@ class CurriculumConfig:
     easy_above: float = option(0.6, 0.0, 1.0)
     hard_below: float = option(0.4, 0.0, 1.0)
     profile_sampling: bool = option(True, doc="False = w/o PS: free-form profiles, no state grid")
-    user_set: str = option("", doc="draw initial states from this user set of the scenario (user_sets), '' = all")
+    user_set: str = option("", doc="draw initial states from this user set of the scenario (user_sets), or from several "
+                           "joined by commas (\"soft,hard\": each profile with its own set's behavior counts); '' = all")
     min_behaviors: int = option(1, 0, 10)
     max_behaviors: int = option(3, 0, 10)
     # issue 36's reverse curriculum: a start is (initial state, depth); off = the paper's cold calls only

@@ -15,6 +15,7 @@ class Role:
     metric_prefix: str       # of its figures in metrics.jsonl ("": the agent's, unprefixed)
     train_sampling: str      # the cfg.dialogue section whose temperature its trained calls were sampled at
     trains_per_turn: bool    # one training sample per turn of a call (else one per call)
+    opposes_agent: bool      # rewarded by the opposite of the agent's outcome (else by train.reward)
 
     def checkpoint(self, folder: Path) -> Path:
         return Path(folder) / self.checkpoint_folder if self.checkpoint_folder else Path(folder)
@@ -24,8 +25,8 @@ class Role:
 
 
 ROLES: dict[str, Role] = {
-    "agent": Role("agent", "", "", "agent_train", trains_per_turn=False),
-    "user": Role("user", "user", "user_", "user", trains_per_turn=True),
+    "agent": Role("agent", "", "", "agent_train", trains_per_turn=False, opposes_agent=False),
+    "user": Role("user", "user", "user_", "user", trains_per_turn=True, opposes_agent=True),
 }
 
 

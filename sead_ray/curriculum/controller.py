@@ -25,7 +25,7 @@ from sead_ray.curriculum.mistake_analysis import (
     sampling_weights,
 )
 from sead_ray.scenario.profiles import Profile, sample_profiles
-from sead_ray.scenario.scenario import Scenario
+from sead_ray.scenario.scenario import Scenario, UserSet
 from sead_ray.scenario.state import State
 
 
@@ -39,10 +39,9 @@ class ProfileController:
         # the scripted starts, then the cold call (None); [None] alone: the paper
         self.depths: list[Depth] = ([*curriculum_cfg.depths, None] if curriculum_cfg.depth == "reverse"
                                     else [None])
+        # one user set, several ("soft,hard": their states together, each profile its own set's behavior counts),
+        # or the whole grid ('')
         self.states = scenario.allowed_states(curriculum_cfg.user_set)
-        user_set = scenario.user_sets.get(curriculum_cfg.user_set)
-        self.behavior_counts = (user_set.behaviors if user_set
-                                else (curriculum_cfg.min_behaviors, curriculum_cfg.max_behaviors))
 
     @property
     def n_max(self) -> Optional[int]:
@@ -73,14 +72,23 @@ class ProfileController:
             draws, n_max = self.cells.draws_by_state(), n_max * len(self.depths)
         profiles = sample_profiles(
             self.scenario, n, self.rng, state_weights=self.weights(), draws=draws, n_max=n_max,
-            min_behaviors=self.behavior_counts[0], max_behaviors=self.behavior_counts[1],
+            min_behaviors=self.cfg.min_behaviors, max_behaviors=self.cfg.max_behaviors,
+            behavior_range=self._behavior_range if self.cfg.user_set else None,
             dedup=self.cfg.mode != "off", free_form=not self.cfg.profile_sampling)
         self.state.record_draws(p.state for p in profiles)
         if self.reverse:
             profiles = [replace(p, start_depth=self._draw_depth(p.state)) for p in profiles]
         if self.cfg.user_set:   # recorded with each dialogue, so that metrics can be split by set
-            profiles = [replace(p, extra={**p.extra, "user_set": self.cfg.user_set}) for p in profiles]
+            profiles = [replace(p, extra={**p.extra, "user_set": self._user_set(p.state).name}) for p in profiles]
         return profiles
+
+    def _user_set(self, state: State) -> UserSet:
+        user_set = self.scenario.user_set_of(state, self.cfg.user_set)
+        assert user_set is not None, "a state outside the named user sets was drawn"
+        return user_set
+
+    def _behavior_range(self, state: State) -> tuple[int, int]:
+        return self._user_set(state).behaviors
 
     def _draw_depth(self, state: State) -> Depth:
         """A drawn state's start depth, by its cells' weights (one cell of the state has weight > 0: it was drawn)."""

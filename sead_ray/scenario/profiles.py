@@ -5,7 +5,7 @@ Pure functions over a numpy Generator, so the same seed always gives the same pr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -127,6 +127,7 @@ def sample_profiles(
     max_behaviors: int = 3,
     dedup: bool = True,
     free_form: bool = False,
+    behavior_range: Callable[[State], tuple[int, int]] | None = None,
 ) -> list[Profile]:
     """Draw n consistent profiles.
 
@@ -171,11 +172,12 @@ def sample_profiles(
         if total <= 0:
             raise ProfileSamplingError("every drawable state reached N_max during this batch")
         state = states[int(rng.choice(len(states), p=weights / total))]
-        k = int(rng.integers(min_behaviors, max_behaviors + 1))
+        low, high = behavior_range(state) if behavior_range else (min_behaviors, max_behaviors)
+        k = int(rng.integers(low, high + 1))
         if state not in pools:
             pools[state] = _allowed_behaviors(scenario, state)
         behaviors = _draw_behaviors(scenario, pools[state], state, k, rng)
-        if len(behaviors) < min_behaviors:
+        if len(behaviors) < low:
             continue
         profile = Profile(state, tuple(b.text for b in behaviors), free_form)
         if dedup and profile.key in seen:

@@ -105,13 +105,26 @@ class Scenario:
         broken = [r for r in self.rules if r.forbids(self.schema, state, behaviors)]
         return broken
 
-    def allowed_states(self, user_set: str = "") -> list[State]:
-        """The grid's consistent states (those of one user set when named)."""
-        if user_set and user_set not in self.user_sets:
-            raise ConfigError(f"{self.source}: no user set {user_set!r} (the scenario declares "
+    def user_set_names(self, user_set: str = "") -> list[str]:
+        """`user_set` read as the config writes it: '' (the whole grid), one set, or several joined by commas
+        ("soft,hard")."""
+        names = [name.strip() for name in user_set.split(",") if name.strip()]
+        unknown = [name for name in names if name not in self.user_sets]
+        if unknown:
+            raise ConfigError(f"{self.source}: no user set {unknown[0]!r} (the scenario declares "
                               f"{sorted(self.user_sets) or 'none'} under 'user_sets')")
-        inside = self.user_sets[user_set].contains if user_set else (lambda schema, state: True)
-        return [s for s in self.schema.grid() if self.state_allowed(s) and inside(self.schema, s)]
+        return names
+
+    def user_set_of(self, state: State, user_set: str) -> Optional[UserSet]:
+        """The first of the named sets that holds `state` (None: no set named, or none holds it)."""
+        return next((self.user_sets[n] for n in self.user_set_names(user_set)
+                     if self.user_sets[n].contains(self.schema, state)), None)
+
+    def allowed_states(self, user_set: str = "") -> list[State]:
+        """The grid's consistent states (those of the named user sets, when named)."""
+        names = self.user_set_names(user_set)
+        return [s for s in self.schema.grid() if self.state_allowed(s)
+                and (not names or any(self.user_sets[n].contains(self.schema, s) for n in names))]
 
 
 # --------------------------------------------------------------------------- the file's sections

@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from sead_ray.core.config import SeadConfig
 from sead_ray.core.jsonl import write_json
-from sead_ray.core.roles import ROLES
+from sead_ray.core.roles import ROLES, Role
 from sead_ray.play.dialogue import Trajectory
 from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues, write_dialogues
 from sead_ray.scenario.profiles import Profile
@@ -94,19 +94,17 @@ def user_samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[f
     return samples
 
 
-def agent_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]:
-    """The agent's reward per call (train.reward)."""
-    reward = REWARDS.get(train.reward)
+def role_rewards(role: Role, trajectories: Sequence[Trajectory], train: Any) -> list[float]:
+    """A trained role's reward per call: train.reward for the agent, the opposite outcome for the simulator."""
+    reward = simulator_reward if role.opposes_agent else REWARDS.get(train.reward)
     return [reward(t, train) for t in trajectories]
 
 
-def simulator_rewards(trajectories: Sequence[Trajectory], train: Any) -> list[float]:
-    return [simulator_reward(t, train) for t in trajectories]
-
-
-# What each trained role learns from a batch of calls: its reward per call, and its samples.
-LEARNERS: dict[str, tuple[Callable, Callable]] = {"agent": (agent_rewards, samples_from),
-                                                  "user": (simulator_rewards, user_samples_from)}
+def role_samples(role: Role, trajectories: Sequence[Trajectory], advantages: Sequence[float],
+                 max_seq_len: int) -> list[Sample]:
+    """A trained role's samples of a batch of calls: one per call, or one per turn of each (core.roles)."""
+    samples_of = user_samples_from if role.trains_per_turn else samples_from
+    return samples_of(trajectories, advantages, max_seq_len)
 
 
 class SelfEvolutionLoop:
@@ -146,10 +144,9 @@ class SelfEvolutionLoop:
     async def learn_role(self, role: str, iteration: int, trajs: Sequence[Trajectory]) -> Learning:
         """One GRPO update of `role`'s model on this iteration's calls, then its new weights to its engines."""
         train = self.cfg.train
-        rewards_of, samples_of = LEARNERS[role]
-        rewards = rewards_of(trajs, train)
+        rewards = role_rewards(ROLES[role], trajs, train)
         advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
-        samples = samples_of(trajs, advantages, train.max_seq_len)
+        samples = role_samples(ROLES[role], trajs, advantages, train.max_seq_len)
         no_other_term = train.kl_coef == 0 and train.entropy_coef == 0
         if train.drop_no_signal_calls and no_other_term and any(x.advantage for x in samples):
             kept = [x for x in samples if x.advantage != 0]

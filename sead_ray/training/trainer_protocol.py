@@ -29,7 +29,7 @@ class WeightSyncFailed(RuntimeError):
 class Sample:
     """One trajectory as the trainer needs it."""
     token_ids: list[int]
-    loss_mask: list[int]
+    loss_mask: list[float]      # 0: context; else the token's weight in the loss (1 but for the SOP rehearsal)
     rollout_logprobs: list[float]
     advantage: float
 

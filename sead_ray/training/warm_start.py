@@ -30,36 +30,56 @@ from sead_ray.training.trainer_protocol import Sample
 log = logging.getLogger(__name__)
 
 WARM_START_SEED = 424_242      # its profile draws: apart from the training draws and the held-out set's
+# A reply's first tokens choose what it says (which fact, the ask); the rest mostly copies a sentence and the estimate.
+DECISION_TOKENS = 4
+
+
+def decision_weighted(loss_mask: Sequence[int], turn_starts: Sequence[int], weight: float) -> list[float]:
+    """The loss mask with each turn's first DECISION_TOKENS trained tokens weighing `weight` x the others, scaled so
+    that the weights still sum to the number of trained tokens (the loss stays a token mean; only its emphasis
+    moves). weight 1: the mask as it is."""
+    if weight == 1.0:
+        return list(loss_mask)
+    weights = [float(m) for m in loss_mask]
+    for start in turn_starts:
+        for i in range(start, min(start + DECISION_TOKENS, len(weights))):
+            weights[i] *= weight
+    total, trained = sum(weights), sum(1 for m in loss_mask if m)
+    return [w * trained / total for w in weights] if total else weights
 
 
 def rehearsal_sample(call: Trajectory, scenario: Scenario, tokenizer: Any, max_seq_len: int,
-                     prefill: str = "") -> Optional[Sample]:
+                     prefill: str = "", decision_weight: float = 1.0) -> Optional[Sample]:
     """One call of the honest script as the agent would have written it, token by token in the agent's context
     (IncrementalChatEncoder, as in a rollout: `prefill` is context, the rest of each turn is in the loss), with
-    advantage 1. None for a call with no turn."""
+    advantage 1; `decision_weight`: see decision_weighted. None for a call with no turn."""
     if not call.turns:
         return None
     schema = scenario.schema
     encoder = IncrementalChatEncoder(tokenizer, agent_messages(scenario, [], []), prefill)
     seen = schema.middle if call.profile.free_form else call.profile.state
+    turn_starts = []
     for i, turn in enumerate(call.turns):
         raw = json.dumps({"reply": turn.agent, "estimate": schema.to_dict(seen)})
         if not raw.startswith(prefill):
             raise ValueError(f"dialogue.agent_prefill {prefill!r} is not the start of the agent's format ({raw[:20]!r})")
         ids = list(tokenizer(raw[len(prefill):], add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+        turn_starts.append(len(encoder.token_ids))
         encoder.add_generation(ids, [0.0] * len(ids))
         if turn.user_state is not None:
             seen = schema.from_mapping(turn.user_state)
         if i + 1 < len(call.turns):
             encoder.add_user(user_message_for_agent(scenario, turn.user or ""))
-    return Sample(encoder.token_ids[:max_seq_len], encoder.loss_mask[:max_seq_len],
+    return Sample(encoder.token_ids[:max_seq_len],
+                  decision_weighted(encoder.loss_mask[:max_seq_len], turn_starts, decision_weight),
                   encoder.logprobs[:max_seq_len], 1.0)
 
 
 def rehearsal_samples(calls: Sequence[Trajectory], scenario: Scenario, tokenizer: Any, max_seq_len: int,
-                      prefill: str = "") -> list[Sample]:
+                      prefill: str = "", decision_weight: float = 1.0) -> list[Sample]:
     """The won calls' samples (a lost call of the script is no example to follow)."""
-    samples = [rehearsal_sample(c, scenario, tokenizer, max_seq_len, prefill) for c in calls if c.success]
+    samples = [rehearsal_sample(c, scenario, tokenizer, max_seq_len, prefill, decision_weight)
+               for c in calls if c.success]
     return [s for s in samples if s is not None and sum(s.loss_mask)]
 
 
@@ -96,7 +116,7 @@ async def rehearse(loop: Any) -> None:
             phase=f"warm start {step}/{train.warm_start_steps}", sampling=cfg.dialogue.agent_train,
             seed_iteration=-step))
         samples = rehearsal_samples(rollout.played, scenario, endpoints.tokenizer, train.max_seq_len,
-                                    cfg.dialogue.agent_prefill)
+                                    cfg.dialogue.agent_prefill, train.warm_start_decision_weight)
         calls += rollout.trajectories
         if not samples:
             log.warning("warm start step %d: the honest script won none of its %d calls: nothing to learn from",

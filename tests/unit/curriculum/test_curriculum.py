@@ -165,3 +165,24 @@ def test_under_reverse_n_max_caps_each_cell_not_each_state(scenario):
     cells = len(controller.states) * 2
     drawn = [(p.state, p.start_depth) for _ in range(cells // 2) for p in controller.sample(2)]
     assert len(drawn) == cells and len(set(drawn)) == cells      # every cell once, none twice
+
+
+def test_several_user_sets_draw_together_each_profile_with_its_own_sets_behaviors(scenario):
+    from sead_ray.core.config import ConfigError
+    from sead_ray.core.config_schema import CurriculumConfig
+    from sead_ray.curriculum.controller import ProfileController
+    soft, hard = scenario.user_sets["soft"], scenario.user_sets["hard"]
+    both = ProfileController(scenario, CurriculumConfig(user_set="soft,hard", mode="uniform"), 0)
+    assert set(both.states) == set(scenario.allowed_states("soft")) | set(scenario.allowed_states("hard"))
+    drawn = both.sample(60)
+    by_set = {name: [p for p in drawn if p.extra["user_set"] == name] for name in ("soft", "hard")}
+    assert by_set["soft"] and by_set["hard"] and len(drawn) == 60
+    for user_set in (soft, hard):
+        for p in by_set[user_set.name]:
+            assert user_set.contains(scenario.schema, p.state)
+            assert user_set.behaviors[0] <= len(p.behaviors) <= user_set.behaviors[1]
+    # a state both sets hold is the first named set's
+    shared = [s for s in both.states if soft.contains(scenario.schema, s) and hard.contains(scenario.schema, s)]
+    assert all(scenario.user_set_of(s, "hard,soft") is hard for s in shared)
+    with pytest.raises(ConfigError, match="no user set 'medium'"):
+        ProfileController(scenario, CurriculumConfig(user_set="soft,medium"), 0)

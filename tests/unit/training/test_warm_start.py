@@ -46,3 +46,31 @@ def test_after_the_reset_a_step_is_a_fresh_optimizers_step():
 def test_an_optimizer_with_no_torch_optimizer_inside_is_refused():
     with pytest.raises(TypeError, match="no torch optimizer"):
         reset_optimizer_state(object())
+
+
+def _script_call(scenario):
+    from sead_ray.play.dialogue import Trajectory, Turn
+    from sead_ray.scenario.profiles import Profile
+    facts = scenario.facts
+    turns = [Turn(facts[0], None, "", True, 0, 0, user="What is it about?", user_state=None),
+             Turn(facts[1], None, "", True, 0, 0, user="Fine, go on.", user_state=None)]
+    state = scenario.allowed_states("soft")[0]
+    return Trajectory("d", Profile(state, ()), turns, "success", "accept")
+
+
+def test_the_decision_weight_moves_the_losss_emphasis_to_each_replys_first_tokens(scenario, smollm_tokenizer):
+    from sead_ray.training.warm_start import DECISION_TOKENS, decision_weighted, rehearsal_sample
+    plain = rehearsal_sample(_script_call(scenario), scenario, smollm_tokenizer, 4096, '{"reply": "')
+    weighted = rehearsal_sample(_script_call(scenario), scenario, smollm_tokenizer, 4096, '{"reply": "', 4.0)
+    assert plain.token_ids == weighted.token_ids and set(plain.loss_mask) == {0, 1}
+    trained = [i for i, m in enumerate(plain.loss_mask) if m]
+    # two turns, each a run of trained tokens; the first DECISION_TOKENS of each weigh 4x the others
+    starts = [i for i in trained if not plain.loss_mask[i - 1]]
+    assert len(starts) == 2
+    decisions = {i for s in starts for i in range(s, s + DECISION_TOKENS)}
+    heavy = {weighted.loss_mask[i] for i in decisions}
+    light = {round(weighted.loss_mask[i], 9) for i in trained if i not in decisions}
+    assert len(heavy) == 1 and len(light) == 1 and heavy.pop() == pytest.approx(4 * light.pop())
+    assert sum(weighted.loss_mask) == pytest.approx(len(trained))     # still a token mean
+    assert all(weighted.loss_mask[i] == 0 for i in range(len(plain.loss_mask)) if not plain.loss_mask[i])
+    assert decision_weighted([0, 1, 1], [1], 1.0) == [0, 1, 1]
