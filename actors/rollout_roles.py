@@ -32,8 +32,7 @@ from placement import (
     remove_placement_groups,
     user_engine_count,
 )
-from sead_ray.agent.endpoints import EndpointAgent, endpoint_client, endpoint_ref
-from sead_ray.agent.scripted import ScriptAgent, script_class
+from sead_ray.agent.backends import agent_backend
 from sead_ray.core.config import SeadConfig
 from sead_ray.core.models import resolve_model, swappable_weights
 from sead_ray.play.rollout import RolloutEndpoints
@@ -160,9 +159,8 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     ended, so that its caller can stop what it started."""
     from transformers import AutoTokenizer
 
-    endpoint = endpoint_ref(agent_model)   # openai:MODEL@URL: no agent engine here
-    script = script_class(agent_model)     # script:CLASS: a scripted agent, no engine either
-    agent_path = "" if endpoint or script else str(resolve_model(agent_model))
+    backend = agent_backend(agent_model)   # a model on this run's engines, or one played without an engine here
+    agent_path = str(resolve_model(agent_model)) if backend.on_engine else ""
     # `user_model`: a resumed run whose simulator is trained too (its checkpoint's user/hf)
     user_path = str(resolve_model(user_model or cfg.models.user)) if user_on_engine(cfg.user) else ""
     n_agent, n_user = 0 if agent_path == "" else cfg.agent.engines, user_engine_count(cfg, ray.cluster_resources())
@@ -199,15 +197,9 @@ async def start_rollout_roles(cfg: SeadConfig, scenario: Scenario, agent_model: 
     for index, (actor, info) in enumerate(zip(users, started[n_agent:])):
         roles.users.add(engine_name("user", index), actor, {**info, "placement_index": index})
     roles.startup = {"user": started[n_agent:]}     # and "agent": its engine's, script's or endpoint's
-    if script:
-        roles.agent_endpoint = ScriptAgent(scenario, script)
-        roles.startup["agent"] = {"script": script}
-        log.info("agent: the scripted agent %s (sead_ray/agent/scripted.py)", script)
-    elif endpoint:
-        roles.agent_endpoint = EndpointAgent(endpoint_client(cfg, endpoint), scenario)
-        roles.startup["agent"] = await roles.agent_endpoint.start()
-        log.info("agent: %s (%s)", endpoint, "a served sead-ray agent: the scenario is applied there"
-                 if roles.agent_endpoint.served else "prompted here, parsed here")
+    if backend.build is not None:
+        roles.agent_endpoint, roles.startup["agent"] = await backend.build(cfg, scenario, agent_model)
+        log.info("agent: %s (%s)", agent_model, ", ".join(f"{k}: {v}" for k, v in roles.startup["agent"].items()))
     else:
         roles.startup["agent"] = started[0]
         roles.tokenizer = AutoTokenizer.from_pretrained(agent_path)
@@ -232,7 +224,7 @@ async def switch_agent(roles: RolloutRoles, agent_model: str, run_dir: Path) -> 
     False when the engines cannot take them (no agent engine here, another architecture or tokenizer:
     models.swappable_weights, or a load that failed): the caller starts the roles anew."""
     from transformers import AutoTokenizer
-    if not roles.agent_path or endpoint_ref(agent_model) or script_class(agent_model):
+    if not roles.agent_path or not agent_backend(agent_model).on_engine:
         return False
     path = resolve_model(agent_model)
     weights = swappable_weights(Path(roles.agent_path), path)

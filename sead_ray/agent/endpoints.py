@@ -65,17 +65,11 @@ def endpoint_key(cfg: Any, ref: EndpointRef) -> str:
 
 
 def check_model_refs(cfg: Any, refs: Any) -> None:
-    """Every reference resolves (endpoints: well formed, with their key set) before anything starts."""
-    from sead_ray.agent.scripted import script_class
-    from sead_ray.core.models import resolve_model
+    """Every reference can be played (scripts known, endpoints well formed with their key set, models resolved)
+    before anything starts."""
+    from sead_ray.agent.backends import agent_backend
     for name in refs:
-        ref = endpoint_ref(name)
-        if script_class(name) is not None:   # script:CLASS (checked by script_class): no model to resolve
-            continue
-        if ref is not None:
-            endpoint_key(cfg, ref)
-        else:
-            resolve_model(name)
+        agent_backend(name).check(cfg, name)
 
 
 def endpoint_client(cfg: Any, ref: EndpointRef) -> EndpointClient:

@@ -32,11 +32,11 @@ def evaluation_fingerprint(cfg: SeadConfig, scenario: Scenario, agent_model: str
     latest checkpoint as it is now). Endpoints have no weights to name: their fingerprint never repeats."""
     import hashlib
 
-    from sead_ray.agent.endpoints import endpoint_ref
-    if endpoint_ref(agent_model):
+    from sead_ray.agent.backends import agent_backend
+    identity = agent_backend(agent_model).identity(cfg, agent_model)
+    if identity is None:
         return f"endpoint {time.time_ns()}"
-    weights = agent_model if agent_model.startswith("script:") else str(resolve_model(agent_model).resolve())
-    text = json.dumps([config_to_dict(cfg), weights, [p.to_json(scenario.schema) for p in profiles]], sort_keys=True)
+    text = json.dumps([config_to_dict(cfg), identity, [p.to_json(scenario.schema) for p in profiles]], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -125,19 +125,13 @@ class Talks:
         return cfg, scenario
 
     async def _agent(self, ref: str, cfg: Any, scenario: Any) -> Any:
-        from sead_ray.agent.endpoints import EndpointAgent, endpoint_client, endpoint_ref
-        from sead_ray.agent.scripted import ScriptAgent, script_class
+        from sead_ray.agent.backends import agent_backend
         from sead_ray.core.models import ModelError, resolve_model
         from sead_ray.training.checkpoint import latest_checkpoint, load_train_state
         try:
-            name = script_class(ref)
-            if name is not None:
-                return ScriptAgent(scenario, name)
-            endpoint = endpoint_ref(ref)
-            if endpoint is not None:
-                agent = EndpointAgent(endpoint_client(cfg, endpoint), scenario)
-                await agent.start()
-                return agent
+            backend = agent_backend(ref)
+            if backend.build is not None:
+                return (await backend.build(cfg, scenario, ref))[0]
             version = 0
             if ref.startswith("run:"):   # a run of the viewed folder: its latest checkpoint
                 run = self.views.folder.path(ref[4:])
