@@ -135,9 +135,6 @@ def cross_checks(cfg: SeadConfig, where: str) -> None:
         raise ConfigError(f"{where}: train.warm_start = {cfg.train.warm_start} writes agent turns in the agent's format "
                           f"({{\"reply\": ..., \"estimate\": ...}}): dialogue.agent_prefill must be the start of it "
                           f"(the default, or ''), got {cfg.dialogue.agent_prefill!r}")
-    if cfg.train.reward == "milestones" and cfg.user.backend != "rule":
-        raise ConfigError(f"{where}: train.reward = milestones reads the rule user's agenda (who called, the offer, "
-                          f"the concerns resolved): it needs user.backend = rule, got {cfg.user.backend!r}")
     if cfg.user.train and cfg.placement.colocate:
         raise ConfigError(f"{where}: user.train = true needs placement.colocate = false (the simulator's trainer "
                           "has GPUs of its own)")

@@ -9,7 +9,7 @@ why the ear's accuracy is measured apart (benchmarks/ear_accuracy.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
@@ -40,24 +40,26 @@ class CallAudit:
 
 
 def audit_call(record: Mapping, scenario: Scenario, ear: str = "lexicon") -> CallAudit:
-    """Replay one call's agent turns through a fresh rule user with `ear` and read its verdicts."""
+    """Replay one call's agent turns through a fresh rule user with `ear` and read what it reports after each
+    turn (its verdict and its agenda, as a call records them)."""
     from sead_ray.user.rule_user import RuleUserSimulator
     user = RuleUserSimulator(scenario, ear=ear)
+    names = [c.name for c in scenario.rule_user.concerns]
     profile = Profile.from_json(record["profile"], scenario.schema)
     agent_turns = [t["agent"] for t in record["turns"]]
     vices, voiced = [], set()
-    call = None
+    out = None
     for i in range(1, len(agent_turns) + 1):   # the user's reading after each turn, as it was during the call
-        call = user.replay(UserRequest(record.get("dialogue_id", ""), i - 1, profile, agent_turns[:i],
+        out = user.respond(UserRequest(record.get("dialogue_id", ""), i - 1, profile, agent_turns[:i],
                                        [t["user"] for t in record["turns"][:i - 1]], seed=0))
-        flags = asdict(call.verdict)
-        vices += [f"turn {i}: {name}" for name in VICES if flags[name]]
-        if call.voiced and call.voiced[0] == "concern":
-            voiced.add(call.voiced[1])
-    if call is None:
+        vices += [f"turn {i}: {name}" for name in VICES if name in out.verdict]
+        if (out.agenda.asking or "").startswith("concern: "):
+            voiced.add(names.index(out.agenda.asking[len("concern: "):]))
+    if out is None:
         raise ValueError(f"call {record.get('dialogue_id')!r} has no agent turn to audit")
-    return CallAudit(record.get("dialogue_id", ""), call.identified, call.offered,
-                     tuple(sorted(voiced - call.resolved)), call.verdict.asked and call.status == "accept", tuple(vices))
+    resolved = {names.index(name) for name in out.agenda.resolved}
+    return CallAudit(record.get("dialogue_id", ""), out.agenda.identified, out.agenda.offered,
+                     tuple(sorted(voiced - resolved)), "asked" in out.verdict and out.status == "accept", tuple(vices))
 
 
 def audit_won_calls(records: Sequence[Mapping], scenario: Scenario, ear: str = "lexicon") -> dict:

@@ -213,12 +213,15 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
 
 def answers(records: Iterable[Mapping]) -> tuple[int, int]:
     """(policy turns that answered the concern the user had voiced, policy turns after a voiced concern), from the
-    rule user's verdicts (`user_heard[0]`: what it had asked, what it made of the turn)."""
+    rule user's record of each turn (its agenda's `asked`: what it had asked; `user_heard[0]`: what it made of the
+    turn)."""
     answered = asked = 0
     for r in records:
         for t in policy_turns(r):
             heard = (t.get("user_heard") or [{}])[0]
-            if str(heard.get("asked") or "").startswith("concern"):
+            # records written before the typed agenda kept `asked` beside the verdict
+            question = (t.get("user_agenda") or {}).get("asked") or heard.get("asked")
+            if str(question or "").startswith("concern"):
                 asked += 1
                 answered += str(heard.get("verdict", "")).startswith("answered")
     return answered, asked

@@ -62,10 +62,11 @@ class Turn:
     user_parse_ok: bool = True
     agent_prompt_tokens: int = 0   # endpoint agents: prompt tokens billed for the turn
     user_heard: list[dict] = field(default_factory=list)   # the rule user: its verdict on this turn and why
+    user_agenda: Optional[dict] = None   # the simulator's agenda after this turn (turn_protocol.Agenda), if it keeps one
     scripted: bool = False         # played by the honest script before the policy took over (a deeper start)
 
     def to_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("user_heard", "scripted") or v}
+        return {k: v for k, v in self.__dict__.items() if k not in ("user_heard", "user_agenda", "scripted") or v}
 
 
 @dataclass
@@ -114,7 +115,7 @@ class Trajectory:
     @property
     def agenda_gain(self) -> Optional[float]:
         """The rule user's agenda done while the policy played (turn_protocol.agenda_gain)."""
-        return agenda_gain([{"user_heard": t.user_heard, "scripted": t.scripted} for t in self.turns])
+        return agenda_gain([{"user_agenda": t.user_agenda, "scripted": t.scripted} for t in self.turns])
 
     @property
     def policy_chars(self) -> int:
@@ -238,6 +239,7 @@ async def run_dialogue(dialogue_id: str, profile: Profile, scenario: Scenario, a
         state = ruled.state
         turn.user, turn.user_state, turn.user_status = reply.reply, schema.to_dict(state), ruled.status
         turn.user_heard = list(reply.heard)
+        turn.user_agenda = reply.agenda.to_json() if reply.agenda is not None else None
         user_spoken.append(reply.reply)
         seen_states.append(state)
         if ruled.status != "continue":

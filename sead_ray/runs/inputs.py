@@ -30,14 +30,19 @@ def check_extension_points(cfg) -> None:
     config's package, so the config's own checks cannot see them): ConfigError (exit 2) with the known names."""
     from sead_ray.core.config import ConfigError
     from sead_ray.training.grpo import ADVANTAGE_ESTIMATORS
-    from sead_ray.training.rewards import REWARDS
+    from sead_ray.training.rewards import READS_AGENDA, REWARDS
     from sead_ray.user.ears import EARS
     from sead_ray.user.simulators import USER_BACKENDS
     where = cfg.source
     REWARDS.get(cfg.train.reward, where)
     EARS.get(cfg.user.rule.ear, where)
     ADVANTAGE_ESTIMATORS.get(cfg.train.advantage_mode, where)
-    if not USER_BACKENDS.get(cfg.user.backend, where).on_engine and cfg.user.train:
+    simulator = USER_BACKENDS.get(cfg.user.backend, where)
+    if cfg.train.reward in READS_AGENDA and not simulator.agenda:
+        raise ConfigError(f"{where}: train.reward = {cfg.train.reward} reads the simulator's agenda (who called, the "
+                          f"offer, the concerns resolved), which user.backend = {cfg.user.backend} does not report: "
+                          f"use one that does ({', '.join(n for n in USER_BACKENDS if USER_BACKENDS.get(n).agenda)})")
+    if not simulator.on_engine and cfg.user.train:
         raise ConfigError(f"{where}: user.train = true trains the simulator's model: it needs user.backend = "
                           f"vllm (got {cfg.user.backend})")
 

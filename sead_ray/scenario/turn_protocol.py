@@ -25,6 +25,34 @@ class AgentTurnOutput:
     completion_tokens: int = 0
 
 
+@dataclass(frozen=True)
+class Agenda:
+    """A simulator's progress through the call as it reports it after an agent turn (the rule user: who calls,
+    the offer, its own concerns; a simulator without one reports none). Recorded with each turn (`user_agenda`):
+    the milestones reward, the answer rate and the audit read it from there."""
+    identified: bool                 # it knows who is calling
+    offered: bool                    # it has heard what the call offers
+    concerns: tuple[str, ...]        # its own concerns (the profile's), in the order it raises them
+    resolved: tuple[str, ...]        # the concerns an answer resolved so far (its own and others)
+    asked: Optional[str] = None      # what it had asked when the turn came ("concern: NAME", "identity", ...)
+    asking: Optional[str] = None     # what it asks now, after the turn (None: nothing, or the call ended)
+
+    @property
+    def potential(self) -> float:
+        """Phi: the share of the agenda done, (identified + offer named + own concerns resolved) / (2 + own)."""
+        own = set(self.concerns)
+        return (self.identified + self.offered + len(own & set(self.resolved))) / (2 + len(own))
+
+    def to_json(self) -> dict:
+        return {"identified": self.identified, "offered": self.offered, "concerns": list(self.concerns),
+                "resolved": list(self.resolved), "asked": self.asked, "asking": self.asking}
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> Agenda:
+        return cls(bool(obj["identified"]), bool(obj["offered"]), tuple(obj["concerns"]), tuple(obj["resolved"]),
+                   obj.get("asked"), obj.get("asking"))
+
+
 @dataclass
 class UserTurnOutput:
     """What a user-simulator back-end returns for one turn."""
@@ -42,6 +70,8 @@ class UserTurnOutput:
     policy_version: int = 0
     # the rule user: what it heard in the agent's last turn and why (its ear's reasons, sead_ray.user.ears)
     heard: list[dict] = field(default_factory=list)
+    verdict: tuple[str, ...] = ()     # the rule user: what it made of the turn (TurnVerdict's flags that hold)
+    agenda: Optional[Agenda] = None   # a simulator that keeps one (UserBackend.agenda): its progress after the turn
 
 
 @dataclass
@@ -81,20 +111,23 @@ def turn_seed(dialogue_seed: int, turn_index: int, attempt: int = 0) -> int:
     return (dialogue_seed * 1_000_003 + turn_index * 101 + attempt) % (2**31 - 1)
 
 
-def agenda_potential(agenda: Mapping) -> float:
-    """Phi: the share of the rule user's agenda done, (identified + offer named + own concerns resolved) over
-    (2 + own concerns); the agenda is the one the rule user records with each verdict (user_heard[0]['agenda'])."""
-    done = bool(agenda.get("identified")) + bool(agenda.get("offered")) + int(agenda.get("resolved", 0))
-    return done / (2 + int(agenda.get("concerns", 0)))
+def recorded_agenda(turn: Mapping) -> Optional[Agenda]:
+    """A recorded turn's agenda (its `user_agenda`; None: a simulator that keeps none)."""
+    agenda = turn.get("user_agenda")
+    return Agenda.from_json(agenda) if agenda else None
 
 
 def agenda_gain(turns: Sequence[Mapping]) -> Optional[float]:
-    """Phi(end) - Phi(start) over a call's turns (dicts with `user_heard`, `scripted`): start = after the last
-    scripted turn (0 on a cold call), end = after the last turn. None where no turn carries the rule user's agenda
-    (another simulator)."""
+    """Phi(end) - Phi(start) over a call's recorded turns (dicts with `user_agenda`, `scripted`): start = after the
+    last scripted turn (0 on a cold call), end = after the last turn. None where the last turn carries no agenda
+    (a simulator that keeps none)."""
     def potential(turn: Mapping) -> Optional[float]:
-        heard = turn.get("user_heard") or [{}]
-        return agenda_potential(heard[0]["agenda"]) if "agenda" in heard[0] else None
+        agenda = recorded_agenda(turn)
+        if agenda is not None:
+            return agenda.potential
+        legacy = (turn.get("user_heard") or [{}])[0].get("agenda")   # records written before the typed agenda
+        return (legacy["identified"] + legacy["offered"] + legacy["resolved"]) / (2 + legacy["concerns"]) \
+            if legacy else None
     ends = [potential(t) for t in turns]
     if not ends or ends[-1] is None:
         return None

@@ -30,6 +30,8 @@ class CallOutcome(Protocol):
 
 Reward = Callable[[CallOutcome, Any], float]   # (call, cfg.train) -> the agent's reward
 REWARDS: Registry[Reward] = Registry("train.reward", "reward")
+# the rewards that read the simulator's agenda: refused at load with a simulator that reports none (UserBackend.agenda)
+READS_AGENDA = frozenset({"milestones"})
 
 
 @REWARDS.register("outcome")
@@ -51,8 +53,8 @@ def milestones_reward(call: CallOutcome, train: Any) -> float:
     below 0.5 (config range), so any win earns more than any failure. Needs the rule user (checked at load)."""
     gain = call.agenda_gain
     if gain is None:
-        raise ValueError("train.reward = milestones reads the rule user's agenda, which this call's turns do not "
-                         "carry: use user.backend = rule, or train.reward = outcome")
+        raise ValueError("train.reward = milestones reads the simulator's agenda, which this call's turns do not "
+                         "carry: use a simulator that reports one (user.backend = rule), or train.reward = outcome")
     return outcome_reward(call, train) + train.milestone_weight * train.success_reward * gain
 
 

@@ -52,7 +52,7 @@ from typing import Optional
 from sead_ray.scenario.lexicon import TurnReading, content_words, read_turn
 from sead_ray.scenario.rule_user_section import RuleUserSpec
 from sead_ray.scenario.scenario import Scenario
-from sead_ray.scenario.turn_protocol import UserRequest, UserTurnOutput
+from sead_ray.scenario.turn_protocol import Agenda, UserRequest, UserTurnOutput
 from sead_ray.user.fact_check import scenario_bounds, unsupported
 
 IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
@@ -291,14 +291,20 @@ class RuleUserSimulator:
     def respond(self, req: UserRequest) -> UserTurnOutput:
         call = self.replay(req)
         reply = self._reply(call, req.seed)
-        flags = [name for name, on in asdict(call.verdict).items() if on]
-        agenda = {"identified": call.identified, "offered": call.offered,   # the milestones reward reads it
-                  "resolved": len(call.resolved & set(call.own)), "concerns": len(call.own)}
-        kind, k = call.judged_against or ("", -1)
-        asked = f"concern: {self.spec.concerns[k].name}" if kind == "concern" else kind or None   # answer_rate reads it
-        heard = [{"verdict": ", ".join(flags) or "nothing", "ear": self.ear.name, "agenda": agenda, "asked": asked},
-                 *call.heard]
-        return UserTurnOutput(reply, tuple(call.state), call.status, ok=True, raw=reply, engine="rule", heard=heard)
+        flags = tuple(name for name, on in asdict(call.verdict).items() if on)
+        heard = [{"verdict": ", ".join(flags) or "nothing", "ear": self.ear.name}, *call.heard]
+        return UserTurnOutput(reply, tuple(call.state), call.status, ok=True, raw=reply, engine="rule", heard=heard,
+                              verdict=flags, agenda=self.agenda(call))
+
+    def agenda(self, call: _Call) -> Agenda:
+        """The call's agenda as the turn output reports it (turn_protocol.Agenda)."""
+        def question(q: Optional[tuple[str, int]]) -> Optional[str]:
+            kind, k = q or ("", -1)
+            return f"concern: {self.spec.concerns[k].name}" if kind == "concern" else kind or None
+        names = [c.name for c in self.spec.concerns]
+        return Agenda(call.identified, call.offered, tuple(names[k] for k in call.own),
+                      tuple(names[k] for k in sorted(call.resolved)), question(call.judged_against),
+                      question(call.voiced) if call.status == "continue" else None)
 
     def _reply(self, call: _Call, seed: int) -> str:
         spec = self.spec

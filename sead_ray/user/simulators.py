@@ -23,6 +23,7 @@ class UserSimulator(Protocol):
 @dataclass(frozen=True)
 class UserBackend:
     on_engine: bool     # plays on a vLLM engine of models.user (trainable with user.train)
+    agenda: bool = False   # reports its progress through the call with each turn (turn_protocol.Agenda)
     # in process, without an engine: (scenario, cfg.user) -> the simulator
     build: Optional[Callable[[Scenario, Any], UserSimulator]] = None
 
@@ -34,7 +35,7 @@ def _rule_user(scenario: Scenario, user: Any) -> UserSimulator:
 
 USER_BACKENDS: Registry[UserBackend] = Registry("user.backend", "user simulator")
 USER_BACKENDS.add("vllm", UserBackend(on_engine=True))
-USER_BACKENDS.add("rule", UserBackend(on_engine=False, build=_rule_user))
+USER_BACKENDS.add("rule", UserBackend(on_engine=False, agenda=True, build=_rule_user))
 
 
 def user_on_engine(user: Any) -> bool:

@@ -18,6 +18,17 @@ SV.callTable = function (d) {
       d.bands ? h("td", {}, r.band || "–") : null)));
 };
 
+// The simulator's agenda after a turn (`user_agenda`; records before it was typed kept counts in user_heard[0]).
+function agendaText(t) {
+  const a = t.user_agenda, old = t.user_heard[0].agenda;
+  if (!a && !old) return "";
+  const resolved = a ? a.concerns.filter((c) => a.resolved.includes(c)).length : old.resolved;
+  const concerns = a ? a.concerns.length : old.concerns;
+  const x = a || old;
+  return ` · its agenda: ${x.identified ? "knows who calls" : "caller unknown"}, ${x.offered ? "offer named" : "no offer yet"}, ` +
+    `concerns resolved ${resolved}/${concerns}`;
+}
+
 SV.problemsNote = function (name, p) {
   if (!p || !(p.torn || p.malformed || p.incomplete_last_line)) return null;
   const parts = [];
@@ -112,9 +123,7 @@ SV.pages.call = async function (main, params) {
         t.user !== null && t.user !== undefined ? h("div", { class: "bubble user", "data-testid": "user-words" },
           h("span", { class: "who" }, "callee"), h("span", { class: "words" }, t.user), t.user_status && t.user_status !== "continue" ? SV.badge(t.user_status) : null) : null,
         t.user_heard && t.user_heard.length ? h("details", { class: "raw", "data-testid": "user-heard" },
-          h("summary", {}, `what the user heard: ${t.user_heard[0].verdict}` + (t.user_heard[0].agenda ? ` · its agenda: ` +
-            `${t.user_heard[0].agenda.identified ? "knows who calls" : "caller unknown"}, ${t.user_heard[0].agenda.offered ? "offer named" : "no offer yet"}, ` +
-            `concerns resolved ${t.user_heard[0].agenda.resolved}/${t.user_heard[0].agenda.concerns}` : "")),
+          h("summary", {}, `what the user heard: ${t.user_heard[0].verdict}` + agendaText(t)),
           h("pre", {}, t.user_heard.slice(1).map((r) => JSON.stringify(r)).join("\n"))) : null),
       SV.turnChart(dims, before, t.agent_estimate, t.user_state));
   });

@@ -257,6 +257,9 @@ CASES = {
         ["simcheck", "--config", EMBEDDED_CONFIG, "--set", "scenario=" + _scenario_beside(
             t, "facts: [{paraphrase: [a.], terse: [a.], lies: [b.]}]"), "--adversarial", "--n", 1, "--out", t / "sc"],
         ["ear_lines.yaml", "one entry per agent fact"]),
+    "a reward that reads an agenda the simulator does not report": lambda t: (
+        ["train", "--config", EMBEDDED_CONFIG, "--set", "train.reward=milestones", "--set", "user.backend=vllm",
+         "--out", t / "run"], ["train.reward = milestones", "user.backend = vllm does not report", "(rule)"]),
     "trained rule simulator": lambda t: (
         ["train", "--config", EMBEDDED_CONFIG, "--set", "user.train=true", "--out", t / "run"],
         ["user.train", "user.backend = vllm"]),

@@ -234,7 +234,8 @@ def test_milestones_rewards_the_agenda_done_by_the_policy_and_any_win_beats_any_
     assert not cold_stall.success and cold_stall.agenda_gain == 0.0 and reward(cold_stall, train) == 0.0
     best_failure = 0.49   # a failure with the whole agenda done but no ask
     assert reward(won, train) - 0.49 > best_failure               # the worst win still beats the best failure
-    with pytest.raises(ConfigError, match="milestones"):
-        tiny_config("train.reward=milestones", "user.backend=vllm")
+    from sead_ray.runs.inputs import check_extension_points  # by the simulator's declaration (UserBackend.agenda)
+    with pytest.raises(ConfigError, match="milestones reads the simulator's agenda"):
+        check_extension_points(tiny_config("train.reward=milestones", "user.backend=vllm"))
     with pytest.raises(ConfigError, match="milestone_weight"):
         tiny_config("train.milestone_weight=0.5")

@@ -195,10 +195,10 @@ def test_a_right_answer_counts_when_it_comes_even_if_said_before(sim):
     asked = respond(sim, call, state=(3, 3, 3), behaviors=behaviors)
     assert asked.reply in second.say        # the early answer answered nothing; now its question is voiced
     again = respond(sim, [*call, early], state=(3, 3, 3), behaviors=behaviors)
-    assert again.heard[0]["verdict"].startswith("answered") and again.heard[0]["agenda"]["resolved"] == 2
+    assert "answered" in again.verdict and set(again.agenda.resolved) == {first.name, second.name}
     # a repeat that answers nothing asked still earns nothing
     stale = respond(sim, [*call, due], state=(3, 3, 3), behaviors=behaviors)
-    assert "repeat" in stale.heard[0]["verdict"] and stale.heard[0]["agenda"]["resolved"] == 1
+    assert "repeat" in stale.verdict and stale.agenda.resolved == (first.name,)
 
 
 def test_endings_agree_with_the_guards_and_goodbye_never_loops(sim, scenario):

@@ -10,6 +10,7 @@ import torch
 from sead_ray.evaluation.ear_accuracy import accuracy_table
 from sead_ray.scenario.ear_lines import load_ear_lines
 from sead_ray.scenario.scenario import load_scenario
+from sead_ray.scenario.turn_protocol import Agenda
 from sead_ray.user.ear_probe import fit_probe
 from sead_ray.user.ears import EARS, LexiconEar
 from sead_ray.user.rule_user import RuleUserSimulator
@@ -60,8 +61,9 @@ def test_the_user_keeps_why_in_the_call_record(scenario):
                   state=(3, 2, 3), behaviors=(COST,))
     assert out.status == "accept"
     first, *reasons = out.heard
-    assert first == {"verdict": "answered, asked", "ear": "semantic", "asked": "decision",
-                     "agenda": {"identified": True, "offered": True, "resolved": 1, "concerns": 1}}
+    assert first == {"verdict": "answered, asked", "ear": "semantic"} and out.verdict == ("answered", "asked")
+    assert out.agenda == Agenda(True, True, ("cost",), ("cost",), asked="decision", asking=None)
+    assert out.agenda.potential == 1.0
     assert reasons and {"clause", "verdict", "nearest", "similarity"} <= set(reasons[0])
 
 
