@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from sead_ray import __version__
 from sead_ray.agent.scripted import ALL_CLASSES, HONEST
@@ -84,8 +85,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="logging verbosity (default INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _models_command(sub)
+    _profiles_command(sub)
+    _metrics_command(sub)
+    _train_command(sub)
+    _report_command(sub)
+    _plan_command(sub)
+    _doctor_command(sub)
+    _eval_command(sub)
+    _compare_command(sub)
+    _simcheck_command(sub)
+    _serve_command(sub)
+    _ablate_command(sub)
+    _judge_command(sub)
+    _view_command(sub)
+    _monitor_command(sub)
+    return parser
 
-    # models
+
+def _models_command(sub: Any) -> None:
     models = sub.add_parser("models", help="provision and list models (the embedded SmolLM2, tiny test models)",
                             description="Provision models into the cache ($SEAD_RAY_CACHE, default ~/.cache/sead-ray).")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
@@ -99,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "~/.cache/sead-ray): name, size on disk and folder. The names work wherever a "
                                 "model path is accepted (models.agent, models.user, --agent).")
 
-    # profiles
+
+def _profiles_command(sub: Any) -> None:
     profiles = sub.add_parser("profiles", help="sample user profiles (phase 1 of the loop)",
                               description="Profile tools.")
     psub = profiles.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
@@ -113,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=seed, default=None, help="random seed (default: the config's seed)")
     sample.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file, one profile a line")
 
-    # metrics
+
+def _metrics_command(sub: Any) -> None:
     metrics = sub.add_parser(
         "metrics", help="recompute CR, ATT, UPA, EI/TI/CI from a dialogues file",
         description="Recompute the paper's metrics from a dialogues JSONL file (one dialogue a line, as written "
@@ -127,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key (with --config)")
 
-    # train
+
+def _train_command(sub: Any) -> None:
     tr = sub.add_parser(
         "train", help="self-play training: the four phases per iteration, checkpoints, resume",
         description="Run SEAD self-evolution: each iteration samples B profiles (curriculum), plays the calls "
@@ -147,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the run in RUN_DIR from its latest checkpoint")
 
-    # report
+
+def _report_command(sub: Any) -> None:
     rp = sub.add_parser(
         "report", help="plots and a summary table of a training run (RUN_DIR/report/)",
         description="Write RUN_DIR/report/: progress.png (completion rate, reward, GRPO loss and KL, logprob "
@@ -156,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "rebuilds it at any time, also while the run is going.")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="a `sead-ray train` run directory")
 
-    # plan
+
+def _plan_command(sub: Any) -> None:
     pl = sub.add_parser(
         "plan", help="memory per GPU of a run config: trainer shards, activations, logits, engines' weights and KV",
         description="Print the memory plan of a config per trainer rank and per engine: ZeRO-3 shards of parameters, "
@@ -165,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "from its config.json, or from a table of known models when it is not downloaded yet.")
     _add_config_args(pl)
 
-    # doctor
+
+def _doctor_command(sub: Any) -> None:
     dr = sub.add_parser(
         "doctor", help="check each part a run needs on this cluster, one line each, in about a minute",
         description="Before a first run on a new cluster (or here): check, in the order a run meets them, the config, "
@@ -178,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_args(dr)
 
-    # eval
+
+def _eval_command(sub: Any) -> None:
     ev = sub.add_parser(
         "eval", help="run an agent against the frozen user simulator and print the paper's metrics",
         description="Evaluate an agent: every profile of a fixed set (a file, or N profiles sampled with a seed) is "
@@ -196,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile_set_args(ev, required=False)
     ev.add_argument("--out", default=None, metavar="DIR", help="output folder (default: <output_dir>/eval-<time>)")
 
-    # compare
+
+def _compare_command(sub: Any) -> None:
     cp = sub.add_parser(
         "compare", help="several agents on the same profiles and seeds: Table 1 with intervals and a paired test",
         description="Play every listed agent against the same frozen simulator on the same profile set with the same "
@@ -216,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also judge every agent's calls with this model (see `sead-ray judge`): adds its columns")
     cp.add_argument("--out", required=True, metavar="DIR", help="output folder")
 
-    # simcheck
+
+def _simcheck_command(sub: Any) -> None:
     sc = sub.add_parser(
         "simcheck", help="check that the user simulator rewards better agent turns (simulator fidelity)",
         description="Feed the configured user simulator (user.backend) scripted agent turns of graded quality "
@@ -250,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "0.6 x the honest rate)")
     sc.add_argument("--out", required=True, metavar="DIR", help="output folder (simcheck.json, simcheck.md)")
 
-    # serve
+
+def _serve_command(sub: Any) -> None:
     sv = sub.add_parser(
         "serve", help="serve an agent (a trained run) over an OpenAI-compatible API with Ray Serve",
         description="Deploy the agent with Ray Serve (ray.serve.llm: a vLLM engine per replica, autoscaled between "
@@ -279,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-queued", type=count, default=32, help="requests waiting beyond those; more get 429")
     sv.add_argument("--max-request-kb", type=count, default=64, help="larger request bodies get 413")
 
-    # ablate
+
+def _ablate_command(sub: Any) -> None:
     ab = sub.add_parser(
         "ablate", help="train the paper's ablation variants and compare them on one profile set",
         description="Train each variant (full, wo_ma: no Mistake Analysis, uniform initial states; wo_ma_ps: no "
@@ -297,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile_set_args(ab, required=True)
     ab.add_argument("--out", required=True, metavar="DIR", help="output folder")
 
-    # judge
+
+def _judge_command(sub: Any) -> None:
     jd = sub.add_parser(
         "judge", help="an LLM judge scores dialogues (humanness, realism, violations; 0-5)",
         description="Score each dialogue of a dialogues file with a judge model: humanness of the simulated callee, "
@@ -319,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     jd.add_argument("--max-tokens", type=count, default=160, help="the judge's output budget")
     jd.add_argument("--out", default=None, metavar="DIR", help="output folder (default: judge/ beside the file)")
 
-    # view
+
+def _view_command(sub: Any) -> None:
     vw = sub.add_parser(
         "view", help="a local web page over runs: curves, curriculum map, dialogues, comparisons, talk to the agent",
         description="Serve, on 127.0.0.1 only, a web page over RUN_OR_FOLDER (a `sead-ray train` run directory, or a "
@@ -338,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     vw.add_argument("folder", metavar="RUN_OR_FOLDER", help="a run directory or a folder of runs and comparisons")
     vw.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port)")
 
-    # monitor
+
+def _monitor_command(sub: Any) -> None:
     mo = sub.add_parser(
         "monitor", help="Prometheus (+ Grafana where installed) for the Ray clusters of runs on this machine",
         description="Start Prometheus on localhost with Ray's scrape configuration: it scrapes every node of the "
@@ -360,4 +392,3 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the Grafana binary (default: `grafana` or `grafana-server` on PATH, if any)")
     mo.add_argument("--grafana-home", default=None, metavar="DIR", help="Grafana's home (holds conf/defaults.ini)")
     mo.add_argument("--no-grafana", action="store_true", help="start Prometheus only")
-    return parser
