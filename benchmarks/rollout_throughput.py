@@ -59,8 +59,7 @@ async def main(args) -> dict:
     roles = await start_rollout_roles(cfg, scenario, cfg.models.agent, with_stats=False)
     profiles = sample_profiles(scenario, args.n, np.random.default_rng(args.seed), n_max=cfg.curriculum.n_max)
     # Training-time decoding: sampled calls of varied length are where lock-step turns lose time.
-    sampling = cfg.dialogue.agent_train
-    await run_dialogues(roles.endpoints(), cfg, scenario, profiles[:2], iteration=99, phase="warm-up", sampling=sampling)
+    await run_dialogues(roles.endpoints(), cfg, scenario, profiles[:2], iteration=99, phase="warm-up", training=True)
     figures: dict = {"async": [], "turn_sync": [], "ceiling": []}
 
     engines = list(roles.agents.actors.values()) + list(roles.users.actors.values())
@@ -92,7 +91,7 @@ async def main(args) -> dict:
                 if schedule == "turn_sync":
                     endpoints = turn_sync_endpoints(endpoints, len(profiles))
                 res = await run_dialogues(endpoints, cfg, scenario, profiles, iteration=r, phase=schedule,
-                                          sampling=sampling)
+                                          training=True)
                 turns = sum(len(t.turns) for t in res.trajectories)
                 figures[schedule].append({"wall_s": res.wall_s, "dialogues_per_s": res.dialogues_per_s,
                                           "agent_tokens_per_s": res.agent_tokens_per_s, "agent_turns": turns,

@@ -17,7 +17,7 @@ from typing import Any, Optional, Protocol
 
 from sead_ray.agent.prompt import agent_messages
 from sead_ray.agent.token_context import IncrementalChatEncoder
-from sead_ray.core.config_schema import SamplingConfig, SeadConfig
+from sead_ray.core.config_schema import SeadConfig
 from sead_ray.core.jsonl import write_jsonl
 from sead_ray.play.dialogue import Trajectory, call_settings, run_dialogue
 from sead_ray.play.starts import start_of
@@ -129,10 +129,14 @@ class RolloutResult:
 
 
 async def run_dialogues(endpoints: RolloutEndpoints, cfg: SeadConfig, scenario: Scenario, profiles: Sequence[Profile],
-                        *, iteration: int, phase: str, sampling: SamplingConfig, rollouts_per_profile: int = 1,
-                        privileged_user_view: bool = False, seed_iteration: Optional[int] = None) -> RolloutResult:
-    """Every (profile, rollout) as its own asyncio task; returns when all calls ended. Sampling seeds
-    follow the iteration unless `seed_iteration` pins them (a held-out set replays the same seeds)."""
+                        *, iteration: int, phase: str, training: bool, rollouts_per_profile: int = 1,
+                        seed_iteration: Optional[int] = None) -> RolloutResult:
+    """Every (profile, rollout) as its own asyncio task; returns when all calls ended. `training`: calls to learn
+    from, the agent sampled at dialogue.agent_train (seeing the user's state under dialogue.privileged_user_view);
+    else at dialogue.agent_eval. Sampling seeds follow the iteration unless `seed_iteration` pins them (a held-out
+    set replays the same seeds)."""
+    sampling = cfg.dialogue.agent_train if training else cfg.dialogue.agent_eval
+    privileged_user_view = training and cfg.dialogue.privileged_user_view
     params = sampling.as_params()
     prefix = agent_messages(scenario, [], [])
     # An endpoint agent has no token ids and no prefill: it gets chat messages and answers whole.

@@ -288,7 +288,7 @@ class Doctor:
                                     self.cfg.seed).sample(1)
         short = dataclasses.replace(self.cfg, dialogue=dataclasses.replace(self.cfg.dialogue, max_turns=CALL_TURNS))
         result = await run_dialogues(self.roles.endpoints(), short, self.scenario, profile, iteration=0,
-                                     phase="doctor", sampling=self.cfg.dialogue.agent_eval)
+                                     phase="doctor", training=False)
         call = result.trajectories[0]
         if call.errored:
             raise PartFailed(f"the call ended in error: {call.error}")

@@ -62,7 +62,7 @@ async def evaluate(cfg: SeadConfig, scenario: Scenario, agent_model: str, profil
     retried_before = roles.users.retried_turns
     try:
         result = await run_dialogues(roles.endpoints(), cfg, scenario, profiles, iteration=0, phase="eval",
-                                     sampling=cfg.dialogue.agent_eval)
+                                     training=False)
         records = write_dialogues(out_dir / "dialogues.jsonl", result, scenario)
         await roles.users.settle()
         pool = {**roles.users.report(), "retried_turns": roles.users.retried_turns - retried_before}

@@ -123,11 +123,10 @@ class SelfEvolutionLoop:
         return await self.system.sample_profiles(self.cfg.train.batch_size)
 
     async def play_dialogues(self, iteration: int, profiles: list[Profile]) -> Dialogues:
-        train, dialogue = self.cfg.train, self.cfg.dialogue
+        train = self.cfg.train
         rollout = await self._unless_stopped(run_dialogues(
             self.system.endpoints(), self.cfg, self.scenario, profiles, iteration=iteration, phase="train",
-            sampling=dialogue.agent_train, rollouts_per_profile=train.rollouts_per_profile,
-            privileged_user_view=dialogue.privileged_user_view))
+            training=True, rollouts_per_profile=train.rollouts_per_profile))
         path = self.run_dir / "dialogues" / f"iter_{iteration:04d}.jsonl"
         return Dialogues(rollout, write_dialogues(path, rollout, self.scenario))
 
@@ -198,7 +197,7 @@ class SelfEvolutionLoop:
             phase, suffix = ("eval", "") if depth is None else (f"eval_d{depth}", f"_d{depth}")
             rollout = await self._unless_stopped(run_dialogues(
                 self.system.endpoints(), self.cfg, self.scenario, [replace(p, start_depth=depth) for p in self.held_out],
-                iteration=iteration, phase=phase, sampling=self.cfg.dialogue.agent_eval, seed_iteration=0))
+                iteration=iteration, phase=phase, training=False, seed_iteration=0))
             records = write_dialogues(self.run_dir / "dialogues" / f"eval_{iteration:04d}{suffix}.jsonl", rollout,
                                       self.scenario)
             rows[phase] = row = await self.system.record_iteration(iteration, phase, records, {

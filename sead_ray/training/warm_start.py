@@ -113,7 +113,7 @@ async def rehearse(loop: Any) -> None:
     for step in range(1, train.warm_start_steps + 1):
         rollout = await loop._unless_stopped(run_dialogues(
             script, cfg, scenario, draws.sample(train.warm_start_calls), iteration=0,
-            phase=f"warm start {step}/{train.warm_start_steps}", sampling=cfg.dialogue.agent_train,
+            phase=f"warm start {step}/{train.warm_start_steps}", training=True,
             seed_iteration=-step))
         samples = rehearsal_samples(rollout.played, scenario, endpoints.tokenizer, train.max_seq_len,
                                     cfg.dialogue.agent_prefill, train.warm_start_decision_weight)

@@ -31,7 +31,7 @@ def _profiles(scenario, n, seed=0):
 
 def _play(roles, profiles, iteration):
     return run_dialogues(roles.endpoints(), roles.cfg, roles.scenario, profiles, iteration=iteration, phase="eval",
-                         sampling=roles.cfg.dialogue.agent_eval)
+                         training=False)
 
 
 def test_placement_groups_describe_each_role(roles):

@@ -57,7 +57,7 @@ def test_step_then_broadcast_serves_the_new_version_with_matching_logprobs(syste
     cfg, roles, trainer, _ = system
     profiles = sample_profiles(scenario, 4, np.random.default_rng(0), n_max=200)
     result = asyncio.run(run_dialogues(roles.endpoints(), cfg, scenario, profiles, iteration=1, phase="train",
-                                       sampling=cfg.dialogue.agent_train))
+                                       training=True))
     trajs = result.trajectories
     # make sure the advantages are not all zero, whatever the outcomes were
     rewards = [1.0 if i % 2 == 0 else 0.0 for i in range(len(trajs))]
@@ -129,7 +129,7 @@ def test_every_version_reaches_both_engines_through_vllms_api(system, scenario):
     for version in (first, first + 1):
         profiles = sample_profiles(scenario, 4, np.random.default_rng(version), n_max=200)
         result = asyncio.run(run_dialogues(roles.endpoints(), cfg, scenario, profiles, iteration=version, phase="train",
-                                           sampling=cfg.dialogue.agent_train))
+                                           training=True))
         trajs = result.trajectories
         assert {t.policy_versions[0] for t in trajs} == {version - 1}
         advantages = [1.0 if i % 2 == 0 else -1.0 for i in range(len(trajs))]

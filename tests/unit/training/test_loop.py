@@ -59,7 +59,7 @@ def test_a_call_in_error_is_replayed_with_its_seed(scenario, smollm_tokenizer):
     profiles = sample_profiles(scenario, 3, np.random.default_rng(0), n_max=200)
     def play(endpoints):
         return asyncio.run(run_dialogues(endpoints, cfg, scenario, profiles, iteration=1, phase="train",
-                                         sampling=cfg.dialogue.agent_train))
+                                         training=True))
     result = play(_endpoints(scenario, smollm_tokenizer, dies_in={"it0001-p0001-r0"}, times=1))
     undisturbed = play(_endpoints(scenario, smollm_tokenizer))
     replayed = result.trajectories[1]
