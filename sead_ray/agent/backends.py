@@ -32,6 +32,13 @@ def agent_backend(ref: str) -> AgentBackend:
     return max(claimed, key=lambda backend: len(backend.prefix))
 
 
+def check_model_refs(cfg: Any, refs: Any) -> None:
+    """Every reference can be played (scripts known, endpoints well formed with their key set, models resolved)
+    before anything starts."""
+    for name in refs:
+        agent_backend(name).check(cfg, name)
+
+
 def _script_check(cfg: Any, ref: str) -> None:
     from sead_ray.agent.scripted import script_class
     script_class(ref)

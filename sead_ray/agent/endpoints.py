@@ -64,14 +64,6 @@ def endpoint_key(cfg: Any, ref: EndpointRef) -> str:
                                                                  cfg.endpoint.api_key_env))
 
 
-def check_model_refs(cfg: Any, refs: Any) -> None:
-    """Every reference can be played (scripts known, endpoints well formed with their key set, models resolved)
-    before anything starts."""
-    from sead_ray.agent.backends import agent_backend
-    for name in refs:
-        agent_backend(name).check(cfg, name)
-
-
 def endpoint_client(cfg: Any, ref: EndpointRef) -> EndpointClient:
     """A client with the endpoint's key, and the config's timeout and concurrency."""
     return EndpointClient(ref, endpoint_key(cfg, ref), timeout_s=cfg.endpoint.timeout_s,

@@ -67,7 +67,7 @@ def cmd_eval(args) -> int:
 
     import ray
 
-    from sead_ray.agent.endpoints import check_model_refs
+    from sead_ray.agent.backends import check_model_refs
     from sead_ray.runs.cluster import connect
     from sead_ray.runs.evaluate import evaluate
 

@@ -116,7 +116,8 @@ def compare_agents(cfg: SeadConfig, scenario: Scenario, refs: Sequence[str], pro
 
     import ray
 
-    from sead_ray.agent.endpoints import check_model_refs, endpoint_ref
+    from sead_ray.agent.backends import check_model_refs
+    from sead_ray.agent.endpoints import endpoint_ref
     from sead_ray.evaluation.compare import agent_dir_name, agent_labels, compare_rows, write_compare
     from sead_ray.evaluation.judge import DIMENSIONS, write_judgements
     from sead_ray.evaluation.metrics import read_dialogues
