@@ -1,5 +1,5 @@
 """EngineActor: what every engine actor is, whatever role it plays. A vLLM engine (or none: the rule
-simulator) serving one weight version, taking the next one by any transport of actors.weights.sync, and
+simulator) serving one weight version, taking the next one by any transport of actors.weights.senders, and
 sleeping while the trainer steps (`placement.colocate`: on CPU, the sequencing of GPU colocation). The
 roles are thin subclasses made remote with @ray.remote: actors.agent (generates the agent's
 turns), actors.user (answers as the user)."""
@@ -13,7 +13,7 @@ from typing import Optional
 import ray
 
 from actors.vllm_engine import EngineSpec, VLLMEngine
-from actors.weights.sync import WeightHandle, apply_handle
+from actors.weights.receive import WeightHandle, apply_handle
 
 
 class EngineAsleepError(RuntimeError):
@@ -49,14 +49,14 @@ class EngineActor:
         return {"tensors": n, "apply_s": time.perf_counter() - t0, "version": version}
 
     async def apply_weights(self, handle: WeightHandle, digest: bool = False) -> dict:
-        """Apply a published weight version (shm or object_store transport; actors/weights/sync.py); with `digest`,
+        """Apply a published weight version (shm or object_store transport; actors/weights/receive.py); with `digest`,
         each worker's digest of what it read (`received`, weight_sync.verify)."""
         tensors, seconds, received = await apply_handle(self.engine, handle, digest)
         self._serve(handle.version)
         return {"tensors": tensors, "apply_s": seconds, "version": handle.version, "received": received}
 
     # vLLM's weight-transfer API (gloo / nccl): called by the trainer's rank 0 through
-    # actors.weights.sync.EnginePoolClient; update_weights blocks while the tensors stream in.
+    # actors.weights.vllm_client.EnginePoolClient; update_weights blocks while the tensors stream in.
     async def init_weight_transfer_engine(self, init_info: dict) -> None:
         await self.engine.init_weight_transfer(init_info)
 

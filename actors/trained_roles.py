@@ -113,7 +113,7 @@ class TrainingSystem:
     async def start(cls, cfg: SeadConfig, scenario: Scenario, agent_model: str, run_dir: Path,
                     first_iteration: int = 1, user_model: Optional[str] = None) -> TrainingSystem:
         from actors.trainer import TrainerGroup
-        from actors.weights.sync import shm_free_bytes, trained_weight_bytes, transport_placement_problem
+        from actors.weights.cluster_checks import shm_free_bytes, trained_weight_bytes, transport_placement_problem
         problem = transport_placement_problem(cfg, [n for n in ray.nodes() if n.get("Alive")],
                                               trained_weight_bytes(cfg, agent_model, user_model), shm_free_bytes)
         if problem:

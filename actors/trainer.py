@@ -106,7 +106,7 @@ class _Worker:
                 install(ref_model)
             self.ref, *_ = deepspeed.initialize(model=ref_model, config=ref_config, dist_init_required=False)
             self.ref.eval()
-        self.steps, self.transport = 0, None     # the actors.weights.sync transport is built at the first sync
+        self.steps, self.transport = 0, None     # the actors.weights.senders transport is built at the first sync
 
     def ready(self) -> WorkerReady:
         params = list(self.engine.module.parameters())
@@ -173,13 +173,13 @@ class _Worker:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
 
     def weights(self) -> Any:
-        from actors.weights.sync import GatheredWeights
+        from actors.weights.senders import GatheredWeights
         return GatheredWeights(self.engine.module, self.settings.zero_stage, self.rank)
 
     def sync_weights(self, request: SyncRequest, engines: list) -> Optional[SyncResult]:
         """Every rank takes part (gathers are collectives); rank 0 ships to every engine of the trained role."""
         if self.transport is None or request.engines is not None:   # the first sync, or an engine was replaced
-            from actors.weights.sync import make_transport
+            from actors.weights.senders import make_transport
             if self.transport is not None:
                 self.transport.close()
             self.transport = make_transport(request.transport, engines=engines if request.engines is None else

@@ -115,7 +115,7 @@ async def main(args) -> dict:
 
     from actors.agent import AgentActor
     from actors.vllm_engine import EngineSpec
-    from actors.weights.sync import make_transport
+    from actors.weights.senders import make_transport
     from sead_ray.core.models import resolve_model
 
     path = resolve_model(args.model)

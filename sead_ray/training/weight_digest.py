@@ -72,7 +72,7 @@ class DigestRecorder:
 
 
 class DigestedSource:
-    """A weight source (actors.weights.sync.WeightSource) that digests each tensor as it passes on its way to
+    """A weight source (actors.weights.senders.WeightSource) that digests each tensor as it passes on its way to
     the transport: what rank 0 sends. `record` False (other ranks, whose tensors are None, or a sync not
     verified): passed through untouched."""
 

@@ -11,7 +11,7 @@ import pytest
 
 from actors.rollout_roles import restart_engine, shutdown_rollout_roles, start_rollout_roles
 from actors.trained_roles import TrainedRole
-from actors.weights.sync import make_transport
+from actors.weights.senders import make_transport
 from benchmarks.weight_sync import StateDictSource
 from sead_ray.training.trainer_protocol import WeightSyncFailed
 from sead_ray.training.weight_digest import DigestedSource, DigestRecorder, digest_summary
@@ -57,7 +57,7 @@ def damage_next_syncs(monkeypatch, syncs: int) -> None:
     def digested(source, record):
         left[0] -= 1
         return (DamagedInTransitStandIn if left[0] >= 0 else DigestedSource)(source, record)
-    monkeypatch.setattr("actors.weights.sync.DigestedSource", digested)
+    monkeypatch.setattr("actors.weights.senders.DigestedSource", digested)
 
 
 class TrainerStandIn:

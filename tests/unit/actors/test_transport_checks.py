@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from actors.weights.sync import transport_placement_problem
+from actors.weights.cluster_checks import transport_placement_problem
 from tests.conftest import EMBEDDED_CONFIG, ROOT, tiny_config
 
 
@@ -46,7 +46,7 @@ def test_shm_is_refused_when_trainer_or_agent_can_land_on_another_node():
 def test_shm_is_refused_when_the_weights_do_not_fit_the_nodes_shared_memory():
     """The 14B paper model in bf16 (29.5 GB a version) against a container's /dev/shm; the size from the
     model's shape, the free space as measured on the node (here given per node id)."""
-    from actors.weights.sync import trained_weight_bytes
+    from actors.weights.cluster_checks import trained_weight_bytes
     cfg = tiny_config("weight_sync.transport=shm", "models.dtype=bfloat16")
     paper = trained_weight_bytes(cfg, "Qwen2.5-14B-Instruct")
     assert 29e9 < paper < 30e9
@@ -191,8 +191,14 @@ def test_the_shm_file_is_rewritten_in_place_and_reads_as_safetensors_without_a_c
     assert not os.path.exists(shared.path)
 
 
-def test_every_transport_of_the_table_has_a_sender_and_no_sender_is_unlisted():
-    from actors.weights.sync import TRANSPORTS, VLLM_BACKENDS
+def test_every_transport_of_the_registry_names_a_sender_that_exists():
+    from actors.weights.senders import WeightTransport, load_attr
     from sead_ray.core.transports import WEIGHT_TRANSPORTS
-    assert set(TRANSPORTS) == set(WEIGHT_TRANSPORTS)
-    assert set(VLLM_BACKENDS) == {name for name in WEIGHT_TRANSPORTS if WEIGHT_TRANSPORTS.get(name).vllm_api}
+    for name in WEIGHT_TRANSPORTS:
+        needs = WEIGHT_TRANSPORTS.get(name)
+        sender = load_attr(needs.sender)
+        assert callable(sender.send) and callable(sender.close), name
+        assert bool(needs.vllm_init) == needs.vllm_api, name    # vLLM's API needs its init-info builder, nothing else
+        if needs.vllm_api:
+            assert callable(load_attr(needs.vllm_init)), name
+    assert WeightTransport is not None

@@ -46,7 +46,7 @@ class WorkerStandIn(WeightReloadExtension):
 def _sent(weights: dict) -> DigestedSource:
     """What the trainer's rank 0 sends: the weights, digested as they pass."""
     class SourceStandIn:
-        """Stands in for actors.weights.sync.GatheredWeights on rank 0."""
+        """Stands in for actors.weights.senders.GatheredWeights on rank 0."""
         def metadata(self):
             return [(name, t.dtype, tuple(t.shape)) for name, t in weights.items()]
 

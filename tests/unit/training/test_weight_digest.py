@@ -90,7 +90,7 @@ def test_the_sent_source_digests_what_passes_and_leaves_other_ranks_alone():
     weights = _weights()
 
     class SourceStandIn:
-        """Stands in for actors.weights.sync.GatheredWeights: the pairs a trainer rank iterates (None off rank 0)."""
+        """Stands in for actors.weights.senders.GatheredWeights: the pairs a trainer rank iterates (None off rank 0)."""
         def __init__(self, rank0: bool):
             self.rank0 = rank0
 
