@@ -129,9 +129,11 @@ async def rehearse(loop: Any) -> None:
         # the samples' "rollout" logprobs are 0, so the trainer's mismatch is the script turns' mean NLL
         nll.append(metrics.logprob_mismatch_mean)
         step_s.append(round(metrics.step_s, 2))
-        log.info("warm start step %d/%d: %d script calls won of %d, NLL of their turns %.3f (%d tokens), step %.0f s; "
+        weight = train.warm_start_decision_weight
+        weighted = f", decision tokens x{weight:g}" if weight != 1 else ""
+        log.info("warm start step %d/%d: %d script calls won of %d, NLL of their turns %.3f (%d tokens%s), step %.0f s; "
                  "weights v%d", step, train.warm_start_steps, len(samples), len(rollout.played), nll[-1] or 0.0,
-                 metrics.agent_tokens, metrics.step_s, version)
+                 metrics.agent_tokens, weighted, metrics.step_s, version)
     loop.done = TrainState(0, loop.done.controller, {**loop.done.versions, "agent": version})
     loop.weights_ahead = False
     played = RolloutResult(calls, 0.0, 0, endpoints.engines)
