@@ -47,7 +47,8 @@ TEST_SETTING = ["curriculum.user_set=''", "train.rollouts_per_profile=1", "train
                 "train.skip_no_signal_steps=false",
                 # the demo's weak-start levers (issue 36) off: each test that needs one sets it
                 "train.warm_start=none", "curriculum.depth=off", "user.rule.ear=lexicon", "train.eval_user_sets=[]",
-                "train.eval_depths=[cold]", "train.drop_no_signal_calls=false"]
+                "train.eval_depths=[cold]", "train.drop_no_signal_calls=false", "train.warm_start_decision_weight=1",
+                "train.batch_size=4"]
 
 
 def tiny_config(*overrides: str):

@@ -8,14 +8,14 @@ def test_embedded_and_paper_configs_load():
     cfg = load_config(EMBEDDED_CONFIG)
     assert cfg.models.agent == "embedded:smollm2-135m-instruct"
     assert cfg.dialogue.max_turns == 6 and cfg.dialogue.agent_train.max_tokens == 64
-    # the demo's learning setting: the scenario's rule simulator on soft users, GRPO groups of 4
+    # the demo's learning setting: the scenario's rule simulator on soft and hard users, GRPO groups of 4
     assert (cfg.user.backend, cfg.curriculum.user_set, cfg.train.rollouts_per_profile,
-            cfg.train.advantage_mode) == ("rule", "soft", 4, "group_mean")
-    # learning from a weak start (issue 36): the rehearsal, the reverse curriculum, the semantic ear, held-out
-    # soft and hard owners at the cold call and at depth 0
-    assert (cfg.train.warm_start, cfg.curriculum.depth, cfg.curriculum.depths, cfg.user.rule.ear) == \
-        ("sop_rehearsal", "reverse", (0, 1), "semantic")
-    assert (cfg.train.eval_user_sets, cfg.train.eval_depths) == (("soft", "hard"), ("cold", 0))
+            cfg.train.advantage_mode) == ("rule", "soft,hard", 4, "group_mean")
+    # learning from a weak start (issue 36): the rehearsal (its decision tokens weighed as the others), the reverse
+    # curriculum, the semantic ear; the run's own test (issue 51): 64 soft and 64 hard held-out owners, cold calls
+    assert (cfg.train.warm_start, cfg.train.warm_start_decision_weight, cfg.curriculum.depth, cfg.curriculum.depths,
+            cfg.user.rule.ear) == ("sop_rehearsal", 1, "reverse", (0, 1), "semantic")
+    assert (cfg.train.eval_user_sets, cfg.train.eval_profiles, cfg.train.eval_depths) == (("soft", "hard"), 64, ("cold",))
     assert cfg.resolve_path(cfg.scenario).exists()
     paper = load_config(ROOT / "configs" / "sead_qwen2.5_14b_8xa100.yaml")
     assert (paper.train.batch_size, paper.train.lr, paper.dialogue.max_turns, paper.curriculum.n_max) == (60, 1e-6, 15, 200)
