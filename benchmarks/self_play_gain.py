@@ -13,7 +13,10 @@ The held-out calls after the warm start (iteration 0) and after the last iterati
 same seeds: an exact one-sided McNemar test per run, start and user set, and over the user sets pooled. A gain is
 claimed for a start only where p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the
 last evaluation is audited from the rule user's own verdicts (sead_ray.evaluation.audit); the count of won calls
-failing it must be 0. Writes OUT/self_play_gain.{json,md}.
+failing it must be 0. The cold start is also held to issue 51's bars, per seed: the trained agent wins at least 0.8
+of what the honest script (the rehearsal's teacher, played on the run's own held-out owners by `sead-ray eval`)
+wins pooled, 0.6 on hard owners alone, and answers at least 0.8 of the concerns voiced to it. Writes
+OUT/self_play_gain.{json,md}.
 
 `--held-out-n N` adds a second held-out draw, larger than the runs' own: N fresh owners per user set of
 train.eval_user_sets, drawn with --held-out-seed (none of the runs' draws), played cold by each run's warm-started
@@ -33,6 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 ALPHA, SEEDS_NEEDED = 0.05, 4
+# issue 51: the trained agent's cold wins as a share of the honest script's, pooled and on hard owners; its answer rate
+OF_SCRIPT = {"pooled": 0.8, "hard": 0.6}
+ANSWER_RATE = 0.8
 
 
 def parse_args():
@@ -84,8 +90,38 @@ def run_gain(run_dir: Path, fresh: tuple[Path, Path] | None = None) -> dict:
     pairs = {start: (first, last, int(last.name[5:9])) for start, (first, last) in eval_files(run_dir).items()}
     if fresh is not None:
         pairs["cold-fresh"] = (*fresh, last_iteration(run_dir))
-    return {start: gain(first, last, iteration, scenario, cfg.user.rule.ear)
-            for start, (first, last, iteration) in pairs.items()}
+    gains = {start: gain(first, last, iteration, scenario, cfg.user.rule.ear)
+             for start, (first, last, iteration) in pairs.items()}
+    if "cold" in gains:
+        gains["cold"]["teacher"] = against_the_script(pairs["cold"][1], script_baseline(run_dir))
+    return gains
+
+
+def script_baseline(run_dir: Path) -> Path:
+    """The honest script on the run's own held-out owners, cold (`sead-ray eval`, once): its dialogues file."""
+    out = run_dir / "script-honest"
+    if not (out / "summary.json").exists():
+        subprocess.run([sys.executable, "-m", "sead_ray.cli.main", "eval", "--config", str(run_dir / "config.yaml"),
+                        "--agent", "script:honest", "--profiles", str(run_dir / "eval_profiles.jsonl"),
+                        "--depth", "cold", "--out", str(out)], check=True, cwd=ROOT)
+    return out / "dialogues.jsonl"
+
+
+def against_the_script(after_file: Path, script_file: Path) -> dict:
+    """The trained agent's cold wins as a share of the script's (pooled, hard owners) and its answer rate."""
+    from sead_ray.evaluation.metrics import answers, read_dialogues
+    after, script = read_dialogues(after_file), read_dialogues(script_file)
+
+    def won(records: list[dict], user_set: str) -> int:
+        return sum(r["outcome"] == "success" for r in records if user_set == "pooled"
+                   or r["profile"].get("user_set") == user_set)
+    share = {s: won(after, s) / won(script, s) if won(script, s) else None for s in OF_SCRIPT}
+    answered, asked = answers(after)
+    rate = answered / asked if asked else None
+    met = all(share[s] is not None and share[s] >= bar for s, bar in OF_SCRIPT.items()) and \
+        rate is not None and rate >= ANSWER_RATE
+    return {"script_won": {s: won(script, s) for s in OF_SCRIPT}, "of_script": share, "answer_rate": rate,
+            "bars_met": met}
 
 
 def gain(first: Path, last: Path, iteration_after: int, scenario, ear: str) -> dict:
@@ -155,9 +191,24 @@ def markdown(gains: dict[str, dict], walls: dict[str, float], control: str | Non
                              f"(iteration {part['iteration_after']}) | {c['better']} / {c['worse']} | "
                              f"{c['p_better']:.3g} | {audit['failed']} of {audit['won']} |")
     lines += ["", *claims(gains, control)]
+    teachers = {name: g["cold"]["teacher"] for name, g in gains.items() if "teacher" in g.get("cold", {})}
+    if teachers:
+        lines += ["", "| run | cold wins / the honest script's, pooled (bar 0.8) | hard owners (bar 0.6) | answer rate "
+                  "(bar 0.8) | bars |", "|---|---|---|---|---|"]
+        for name, t in teachers.items():
+            share, rate = t["of_script"], t["answer_rate"]
+            lines.append(f"| {name} | {fmt(share['pooled'])} | {fmt(share['hard'])} | {fmt(rate)} | "
+                         f"{'met' if t['bars_met'] else 'not met'} |")
+        met = [name for name, t in teachers.items() if t["bars_met"] and name != control]
+        lines.append(f"\nissue 51's bars met in {len(met)} of {len([n for n in teachers if n != control])} seeds "
+                     f"({', '.join(met) or 'none'})")
     if walls:
         lines += ["", "wall time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in walls.items())]
     return "\n".join(lines) + "\n"
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def main() -> int:
