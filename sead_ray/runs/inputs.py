@@ -17,7 +17,13 @@ def load(config_path: Optional[str], overrides: Sequence[str]):
     from sead_ray.scenario.scenario import load_scenario
     cfg = load_config(config_path, list(overrides))
     check_extension_points(cfg)
-    scenario = load_scenario(cfg.resolve_path(cfg.scenario))
+    path = cfg.resolve_path(cfg.scenario)
+    if not path.exists() and Path(cfg.scenario).expanduser().is_file():   # written from where the command runs
+        folder = Path(cfg.source).parent
+        raise ConfigError(f"{cfg.source}: scenario {cfg.scenario!r} is read from the config's folder ({folder}), "
+                          f"where it is not; the file you mean is "
+                          f"scenario={os.path.relpath(Path(cfg.scenario).expanduser().resolve(), folder.resolve())}")
+    scenario = load_scenario(path)
     if cfg.user.backend == "rule" and scenario.rule_user is None:
         raise ConfigError(f"{scenario.source}: user.backend is 'rule', and the rule simulator is written from the "
                           "scenario's 'rule_user' section, which this file lacks (see configs/scenarios/"

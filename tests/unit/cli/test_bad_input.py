@@ -385,3 +385,13 @@ def test_eval_and_compare_play_every_call_from_the_depth_asked(tmp_path):
     path.write_text(path.read_text().replace('"start_depth": 1', '"start_depth": -1', 1))
     with pytest.raises(UsageError, match="start_depth"):
         evaluation_profiles(Namespace(**{**vars(args), "profiles": str(path), "n": None}), cfg, scenario)
+
+
+def test_a_scenario_path_written_from_the_working_folder_is_named_as_the_config_reads_it(monkeypatch, capsys):
+    """`--set scenario=...` is read from the config's folder: a path that only makes sense from where the command
+    runs gets the path to write instead."""
+    monkeypatch.chdir(EMBEDDED_CONFIG.parent.parent)
+    rc, err = sead(capsys, "train", "--config", EMBEDDED_CONFIG, "--set",
+                   "scenario=configs/scenarios/charity_donation.yaml", "--out", "/nonexistent/run")
+    assert rc == 2 and "Traceback" not in err
+    assert "the file you mean is scenario=scenarios/charity_donation.yaml" in err
