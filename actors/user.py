@@ -3,7 +3,7 @@ user.train) and the pool router that spreads dialogues over them.
 
 The back-ends (sead_ray.user.simulators) behind one interface, `respond(UserRequest) -> UserTurnOutput`: one
 on an engine (`vllm`: a frozen LLM decoding under the JSON schema of a user turn) or one in the actor's
-process (`rule`: the transparent state machine of sead_ray.user.rule_user).
+process (`rule`: the transparent state machine of sead_ray.user.rule.simulator).
 """
 from __future__ import annotations
 

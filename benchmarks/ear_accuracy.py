@@ -1,7 +1,7 @@
 """How the rule user's ears hear a scenario's ear lines (configs/scenarios/*.ear_lines.yaml, held-out caller lines
 written to test them), side by side: per class the share heard as meant and the false alarms, with 95 % intervals,
 and the cost of a turn. Fact lines are heard as the answer to their fact's question, held to the fact as the rule user
-holds them (sead_ray.user.fact_check); `swap` is each fact's lies heard that way: "heard as meant" = not taken as the
+holds them (sead_ray.user.rule.fact_check); `swap` is each fact's lies heard that way: "heard as meant" = not taken as the
 answer.
 
     python benchmarks/ear_accuracy.py                                   # both shipped scenarios, both ears
@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT))
 from sead_ray.evaluation.ear_accuracy import accuracy_table  # noqa: E402
 from sead_ray.scenario.ear_lines import ear_lines_path, load_ear_lines  # noqa: E402
 from sead_ray.scenario.scenario import load_scenario  # noqa: E402
-from sead_ray.user.ears import EARS  # noqa: E402
-from sead_ray.user.fact_check import scenario_bounds  # noqa: E402
+from sead_ray.user.rule.ears import EARS  # noqa: E402
+from sead_ray.user.rule.fact_check import scenario_bounds  # noqa: E402
 
 SCENARIOS = ["configs/scenarios/restaurant_promotion.yaml", "configs/scenarios/charity_donation.yaml"]
 

@@ -30,7 +30,7 @@ def main() -> int:
     from sead_ray.scenario.profiles import Profile
     from sead_ray.scenario.scenario import load_scenario
     from sead_ray.scenario.turn_protocol import UserRequest
-    from sead_ray.user.rule_user import RuleUserSimulator
+    from sead_ray.user.rule.simulator import RuleUserSimulator
 
     run = Path(args.run)
     cfg = load_config(run / "config.yaml")

@@ -23,7 +23,7 @@ from sead_ray.scenario.ear_lines import EarLines, ear_lines_path, load_ear_lines
 from sead_ray.scenario.lexicon import NUMBER_WORDS, content_words, tokens
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import AgentTurnOutput
-from sead_ray.user.rule_user import pick
+from sead_ray.user.rule.simulator import pick
 
 HONEST = "honest"
 CLASSES = ("zero_content_ask", "open_loop_facts", "open_loop_facts2", "parrot", "parrot_ask", "lies",

@@ -138,7 +138,7 @@ class CurriculumConfig:
 class RuleUserConfig:
     accept_phrase: str = option("", doc="planted preference: accept only after the agent says this")
     patience: int = option(6, 1, 100, "agent turns without progress before the rule user refuses")
-    ear: str = option("lexicon", doc="how the rule user hears the agent (sead_ray.user.ears): lexicon (the scenario's "
+    ear: str = option("lexicon", doc="how the rule user hears the agent (sead_ray.user.rule.ears): lexicon (the scenario's "
                       "words) or semantic (the lexicon plus a sentence-embedding model that hears paraphrases)")
 
 

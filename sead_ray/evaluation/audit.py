@@ -42,7 +42,7 @@ class CallAudit:
 def audit_call(record: Mapping, scenario: Scenario, ear: str = "lexicon") -> CallAudit:
     """Replay one call's agent turns through a fresh rule user with `ear` and read what it reports after each
     turn (its verdict and its agenda, as a call records them)."""
-    from sead_ray.user.rule_user import RuleUserSimulator
+    from sead_ray.user.rule.simulator import RuleUserSimulator
     user = RuleUserSimulator(scenario, ear=ear)
     names = [c.name for c in scenario.rule_user.concerns]
     profile = Profile.from_json(record["profile"], scenario.schema)

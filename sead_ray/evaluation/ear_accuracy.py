@@ -1,4 +1,4 @@
-"""How well an ear of the rule user (sead_ray.user.ears) hears a scenario's ear lines (sead_ray.scenario.ear_lines),
+"""How well an ear of the rule user (sead_ray.user.rule.ears) hears a scenario's ear lines (sead_ray.scenario.ear_lines),
 line by line: per class the share heard as meant, with a 95 % interval, and the false alarms.
 
     fact, terse          heard: the ear states the line's fact (semantic: the model heard it; lexicon: the fact's
@@ -7,7 +7,7 @@ line by line: per class the share heard as meant, with a 95 % interval, and the 
                          that costs most (a lie taken as an answer)
     swap                 a fact's lie heard as the answer to that fact's question (its fact expected, as in a call):
                          correct when it is not taken as the answer (a lie, a red flag, or more than the fact says:
-                         sead_ray.user.fact_check)
+                         sead_ray.user.rule.fact_check)
     pressure, credentials, payment    flagged: that red flag (credentials and payment count for each other)
     identity, offer, ask heard: the ear hears who calls / the offer / the ask
     reassurance, small_talk           correct: no fact heard (not an answer) and no red flag
@@ -21,7 +21,7 @@ from typing import Any
 
 from sead_ray.evaluation.significance import wilson_interval
 from sead_ray.scenario.lexicon import TurnReading
-from sead_ray.user.fact_check import FactBounds, unsupported
+from sead_ray.user.rule.fact_check import FactBounds, unsupported
 
 
 @dataclass(frozen=True)

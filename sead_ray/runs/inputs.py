@@ -37,7 +37,7 @@ def check_extension_points(cfg) -> None:
     from sead_ray.core.config import ConfigError
     from sead_ray.training.grpo import ADVANTAGE_ESTIMATORS
     from sead_ray.training.rewards import READS_AGENDA, REWARDS
-    from sead_ray.user.ears import EARS
+    from sead_ray.user.rule.ears import EARS
     from sead_ray.user.simulators import USER_BACKENDS
     where = cfg.source
     REWARDS.get(cfg.train.reward, where)

@@ -68,7 +68,7 @@ class UserTurnOutput:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     policy_version: int = 0
-    # the rule user: what it heard in the agent's last turn and why (its ear's reasons, sead_ray.user.ears)
+    # the rule user: what it heard in the agent's last turn and why (its ear's reasons, sead_ray.user.rule.ears)
     heard: list[dict] = field(default_factory=list)
     verdict: tuple[str, ...] = ()     # the rule user: what it made of the turn (TurnVerdict's flags that hold)
     agenda: Optional[Agenda] = None   # a simulator that keeps one (UserBackend.agenda): its progress after the turn

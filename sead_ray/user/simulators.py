@@ -3,7 +3,7 @@ answers one user turn, `respond(UserRequest) -> UserTurnOutput`.
 
 - `vllm` (the paper): an LLM on a vLLM engine of models.user plays the profile (its prompt and parser:
   sead_ray.user.llm_prompt; the engine is actors/user.py's);
-- `rule`: the transparent state machine of sead_ray.user.rule_user, in process (no engine).
+- `rule`: the transparent state machine of sead_ray.user.rule.simulator, in process (no engine).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class UserBackend:
 
 
 def _rule_user(scenario: Scenario, user: Any) -> UserSimulator:
-    from sead_ray.user.rule_user import RuleUserSimulator
+    from sead_ray.user.rule.simulator import RuleUserSimulator
     return RuleUserSimulator(scenario, user.rule.accept_phrase, user.rule.patience, user.rule.ear)
 
 

@@ -14,7 +14,7 @@ from sead_ray.scenario.lexicon import content_words
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import UserRequest, UserTurnOutput
-from sead_ray.user.rule_user import RuleUserSimulator
+from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.conftest import EMBEDDED_CONFIG, ROOT
 
 CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"

@@ -8,7 +8,7 @@ from sead_ray.evaluation.metrics import compute_metrics
 from sead_ray.play.dialogue import CallSettings, run_dialogue
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserTurnOutput
-from sead_ray.user.rule_user import RuleUserSimulator
+from sead_ray.user.rule.simulator import RuleUserSimulator
 
 GOOD = [   # an honest call for the default profile (an owner asking about a deposit), as the rule user v2 hears it
     "Hello, this is Lin, an account manager at your local-services platform. Your restaurant qualifies for a free "

@@ -1,10 +1,10 @@
-"""The lexicon's own readings (sead_ray.scenario.lexicon) and its negation rules (sead_ray.user.ear_negation), without
+"""The lexicon's own readings (sead_ray.scenario.lexicon) and its negation rules (sead_ray.user.rule.ear_negation), without
 the embedding model: what is a question, which quantities a fact states, how far a negation reaches."""
 import pytest
 
 from sead_ray.scenario.lexicon import clauses_of_sentence, read_turn, sentences_of
 from sead_ray.scenario.scenario import load_scenario
-from sead_ray.user.ear_negation import denial, negated_before
+from sead_ray.user.rule.ear_negation import denial, negated_before
 from tests.conftest import ROOT
 
 CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"

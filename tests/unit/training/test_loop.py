@@ -14,7 +14,7 @@ from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserTurnOutput
 from sead_ray.training.checkpoint import TrainState
 from sead_ray.training.loop import SelfEvolutionLoop, user_samples_from
 from sead_ray.training.trainer_protocol import StepMetrics, SyncResult
-from sead_ray.user.rule_user import RuleUserSimulator
+from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.conftest import tiny_config
 
 REPLY = 'It is free, 700 yuan, no deposit."}'

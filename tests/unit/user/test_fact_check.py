@@ -5,8 +5,8 @@ import pytest
 
 from sead_ray.scenario.lexicon import clauses_of
 from sead_ray.scenario.scenario import load_scenario
-from sead_ray.user.fact_check import absolutes_in, fact_bounds, quantities_in, scenario_bounds, unsupported
-from sead_ray.user.rule_user import RuleUserSimulator
+from sead_ray.user.rule.fact_check import absolutes_in, fact_bounds, quantities_in, scenario_bounds, unsupported
+from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.unit.user.test_rule_user import CHARITY, respond
 
 VALIDITY = "Asks about the validity period of the trial credit"    # raises the restaurant's `validity` concern

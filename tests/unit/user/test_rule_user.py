@@ -9,7 +9,7 @@ from sead_ray.scenario.lexicon import pressure_in, read_turn
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import UserRequest
-from sead_ray.user.rule_user import RuleUserSimulator
+from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.conftest import ROOT, SCENARIO
 from tests.unit.scenario.test_scenario import _base, _write
 

@@ -11,10 +11,10 @@ from sead_ray.evaluation.ear_accuracy import accuracy_table
 from sead_ray.scenario.ear_lines import load_ear_lines
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import Agenda
-from sead_ray.user.ear_probe import fit_probe
-from sead_ray.user.ears import EARS, LexiconEar
-from sead_ray.user.rule_user import RuleUserSimulator
-from sead_ray.user.semantic_ear import EarSettings, SemanticEar
+from sead_ray.user.rule.ear_probe import fit_probe
+from sead_ray.user.rule.ears import EARS, LexiconEar
+from sead_ray.user.rule.semantic_ear import EarSettings, SemanticEar
+from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.conftest import ROOT
 from tests.unit.user.test_rule_user import ASK, COST, respond
 
@@ -173,8 +173,8 @@ def test_only_a_negation_before_the_pressure_words_denies_them():
 
 
 def test_the_probe_is_fitted_the_same_in_every_process_and_once(scenario, ear):
-    from sead_ray.user import ear_probe
-    from sead_ray.user.semantic_ear import probe_examples
+    from sead_ray.user.rule import ear_probe
+    from sead_ray.user.rule.semantic_ear import probe_examples
     examples, own = probe_examples(ear.prototypes)
     assert own and set(k for _, k in examples) == set(ear_probe.KINDS)
     assert fit_probe(ear.embedder, examples, own) is ear.probe     # cached by the sentences

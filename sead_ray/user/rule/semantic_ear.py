@@ -41,9 +41,9 @@ from sead_ray.scenario.lexicon import (
     sentences_of,
     tokens,
 )
-from sead_ray.user.ear_negation import denial, negated_before
-from sead_ray.user.ear_probe import KINDS, fit_probe, generic_sentences
-from sead_ray.user.ear_prototypes import ASKS, CREDENTIALS, PAYMENT, PRESSURE, REASSURANCE, SMALL_TALK
+from sead_ray.user.rule.ear_negation import denial, negated_before
+from sead_ray.user.rule.ear_probe import KINDS, fit_probe, generic_sentences
+from sead_ray.user.rule.ear_prototypes import ASKS, CREDENTIALS, PAYMENT, PRESSURE, REASSURANCE, SMALL_TALK
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 `hear(text) -> (TurnReading, reasons)`, the reasons one JSON-ready dict per clause or rule that decided.
 
 - `lexicon`: the scenario's words only (sead_ray.scenario.lexicon): fast, transparent, and deaf to paraphrase;
-- `semantic`: the lexicon plus a sentence-embedding model that hears meaning (sead_ray.user.semantic_ear). Where
+- `semantic`: the lexicon plus a sentence-embedding model that hears meaning (sead_ray.user.rule.semantic_ear). Where
   its model package is missing it falls back to the lexicon and says so once.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ class _SemanticEarAdapter:
 
     def __init__(self, spec: Any, facts: Sequence[str]):
         from sead_ray.core.typed_load import ConfigError
-        from sead_ray.user.semantic_ear import SemanticEar
+        from sead_ray.user.rule.semantic_ear import SemanticEar
         self.ear = SemanticEar(spec, facts)
         problems = self.ear.problems(facts)
         if problems:
@@ -63,7 +63,7 @@ class _SemanticEarAdapter:
 
 
 def _semantic(spec: Any, facts: Sequence[str]) -> Ear:
-    from sead_ray.user.semantic_ear import semantic_ear_missing
+    from sead_ray.user.rule.semantic_ear import semantic_ear_missing
     missing = semantic_ear_missing()
     if missing:
         log.warning("user.rule.ear = semantic, but %s: the rule user hears with the lexicon only", missing)

@@ -53,7 +53,7 @@ from sead_ray.scenario.lexicon import TurnReading, content_words, read_turn
 from sead_ray.scenario.rule_user_section import RuleUserSpec
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import Agenda, UserRequest, UserTurnOutput
-from sead_ray.user.fact_check import scenario_bounds, unsupported
+from sead_ray.user.rule.fact_check import scenario_bounds, unsupported
 
 IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
 
@@ -121,7 +121,7 @@ class RuleUserSimulator:
         if len(self._idx) != 3:
             raise ValueError("the rule simulator needs state dimensions cooperation, emotion and trust")
         self.lexicon = self.spec.lexicon
-        from sead_ray.user.ears import EARS  # (the semantic ear loads its model only when chosen)
+        from sead_ray.user.rule.ears import EARS  # (the semantic ear loads its model only when chosen)
         self.ear = EARS.get(ear)(self.spec, scenario.facts)
         # the offer as the scenario pitches it ("a free 700-yuan credit"): saying it again is not reciting facts
         self.pitch = frozenset().union(*read_turn(self.spec.opening, self.lexicon).supported.values())
