@@ -34,6 +34,18 @@ def _render_dialogue(record: dict) -> str:
     return "\n".join(lines)
 
 
+def _rows_written(path: Path) -> set[tuple[int, str]]:
+    """(iteration, phase) of each complete row of a metrics file (none if there is no file yet)."""
+    written = set()
+    for line in path.read_text().splitlines() if path.exists() else ():
+        try:
+            row = json.loads(line)
+        except ValueError:   # a line torn by the process that died
+            continue
+        written.add((row.get("iteration"), row.get("phase")))
+    return written
+
+
 @ray.remote(num_cpus=0)
 class StatsActor:
     def __init__(self, run_dir: str, schema: StateSchema, tensorboard: bool = True, samples_per_iteration: int = 2,
@@ -43,12 +55,15 @@ class StatsActor:
         self.schema = schema
         self.samples = samples_per_iteration
         self.writer = None
+        restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        # Restarted by Ray mid-run, its calls are retried: one the dead process had already written is not written
+        # twice (a row is the same (iteration, phase) every time it is computed)
+        self.written = _rows_written(self.run_dir / "metrics.jsonl") if restarted else set()
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             # A resumed run redoes the iterations after its checkpoint: TensorBoard drops the points the
             # interrupted run had logged from that step on (purge_step), so no iteration appears twice. Not
             # when Ray restarted this actor mid-run: those points are this run's.
-            restarted = ray.get_runtime_context().was_current_actor_reconstructed
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"),
                                         purge_step=first_iteration if first_iteration > 1 and not restarted else None)
         self.gauges = RayGauges()
@@ -71,6 +86,8 @@ class StatsActor:
         if curriculum is not None:
             row["band_fractions"] = curriculum.get("band_fractions")
             row["sampling_entropy"] = curriculum.get("sampling_entropy")
+        if (iteration, phase) in self.written:
+            return row
         append_jsonl(self.run_dir / "metrics.jsonl", row)
         scalars = {k: v for k, v in row.items() if (k in _SCALARS or k.startswith("train_"))
                    and (v is None or isinstance(v, (int, float)) and not isinstance(v, bool))}
