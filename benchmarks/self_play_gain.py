@@ -193,8 +193,8 @@ def markdown(gains: dict[str, dict], walls: dict[str, float], control: str | Non
     lines += ["", *claims(gains, control)]
     teachers = {name: g["cold"]["teacher"] for name, g in gains.items() if "teacher" in g.get("cold", {})}
     if teachers:
-        lines += ["", "| run | cold wins / the honest script's, pooled (bar 0.8) | hard owners (bar 0.6) | answer rate "
-                  "(bar 0.8) | bars |", "|---|---|---|---|---|"]
+        lines += ["", f"| run | cold wins / the honest script's, pooled (bar {OF_SCRIPT['pooled']}) | hard owners "
+                  f"(bar {OF_SCRIPT['hard']}) | answer rate (bar {ANSWER_RATE}) | bars |", "|---|---|---|---|---|"]
         for name, t in teachers.items():
             share, rate = t["of_script"], t["answer_rate"]
             lines.append(f"| {name} | {fmt(share['pooled'])} | {fmt(share['hard'])} | {fmt(rate)} | "

@@ -28,7 +28,7 @@ AGENT_BACKENDS: Registry[AgentBackend] = Registry("agent", "agent backend")
 
 def agent_backend(ref: str) -> AgentBackend:
     """The backend whose prefix `ref` starts with (the model backend, prefix "", for any other)."""
-    claimed = [AGENT_BACKENDS.get(name) for name in AGENT_BACKENDS if ref.startswith(AGENT_BACKENDS.get(name).prefix)]
+    claimed = [backend for backend in map(AGENT_BACKENDS.get, AGENT_BACKENDS) if ref.startswith(backend.prefix)]
     return max(claimed, key=lambda backend: len(backend.prefix))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
-from sead_ray.scenario.turn_protocol import UserRequest
+from sead_ray.scenario.turn_protocol import UserRequest, concern_of
 
 VICES = ("lie", "pressure", "credentials", "payment")
 
@@ -53,8 +53,8 @@ def audit_call(record: Mapping, scenario: Scenario, ear: str = "lexicon") -> Cal
         out = user.respond(UserRequest(record.get("dialogue_id", ""), i - 1, profile, agent_turns[:i],
                                        [t["user"] for t in record["turns"][:i - 1]], seed=0))
         vices += [f"turn {i}: {name}" for name in VICES if name in out.verdict]
-        if (out.agenda.asking or "").startswith("concern: "):
-            voiced.add(names.index(out.agenda.asking[len("concern: "):]))
+        if concern_of(out.agenda.asking) is not None:
+            voiced.add(names.index(concern_of(out.agenda.asking)))
     if out is None:
         raise ValueError(f"call {record.get('dialogue_id')!r} has no agent turn to audit")
     resolved = {names.index(name) for name in out.agenda.resolved}

@@ -25,6 +25,7 @@ from typing import Optional
 from sead_ray.core.jsonl import read_jsonl
 from sead_ray.scenario.profiles import parse_start_key, start_key
 from sead_ray.scenario.state import StateSchema
+from sead_ray.scenario.turn_protocol import concern_of
 
 DEFAULT_DIMENSIONS = (("cooperation", 4), ("emotion", 3), ("trust", 5))
 OUTCOMES = ("success", "failure")
@@ -221,7 +222,7 @@ def answers(records: Iterable[Mapping]) -> tuple[int, int]:
             heard = (t.get("user_heard") or [{}])[0]
             # records written before the typed agenda kept `asked` beside the verdict
             question = (t.get("user_agenda") or {}).get("asked") or heard.get("asked")
-            if str(question or "").startswith("concern"):
+            if concern_of(question) is not None:
                 asked += 1
                 answered += str(heard.get("verdict", "")).startswith("answered")
     return answered, asked

@@ -25,6 +25,19 @@ class AgentTurnOutput:
     completion_tokens: int = 0
 
 
+CONCERN = "concern: "   # how an agenda's question names a concern ("concern: cost")
+
+
+def concern_of(question: Optional[str]) -> Optional[str]:
+    """The concern an agenda's question asks about (None: another question, or none)."""
+    return question[len(CONCERN):] if question and question.startswith(CONCERN) else None
+
+
+def agenda_share(identified: bool, offered: bool, own_resolved: int, own_concerns: int) -> float:
+    """Phi: the share of the agenda done, (identified + offer named + own concerns resolved) / (2 + own concerns)."""
+    return (identified + offered + own_resolved) / (2 + own_concerns)
+
+
 @dataclass(frozen=True)
 class Agenda:
     """A simulator's progress through the call as it reports it after an agent turn (the rule user: who calls,
@@ -34,14 +47,13 @@ class Agenda:
     offered: bool                    # it has heard what the call offers
     concerns: tuple[str, ...]        # its own concerns (the profile's), in the order it raises them
     resolved: tuple[str, ...]        # the concerns an answer resolved so far (its own and others)
-    asked: Optional[str] = None      # what it had asked when the turn came ("concern: NAME", "identity", ...)
+    asked: Optional[str] = None      # what it had asked when the turn came (CONCERN + name, "identity", ...)
     asking: Optional[str] = None     # what it asks now, after the turn (None: nothing, or the call ended)
 
     @property
     def potential(self) -> float:
-        """Phi: the share of the agenda done, (identified + offer named + own concerns resolved) / (2 + own)."""
         own = set(self.concerns)
-        return (self.identified + self.offered + len(own & set(self.resolved))) / (2 + len(own))
+        return agenda_share(self.identified, self.offered, len(own & set(self.resolved)), len(own))
 
     def to_json(self) -> dict:
         return {"identified": self.identified, "offered": self.offered, "concerns": list(self.concerns),
@@ -126,7 +138,7 @@ def agenda_gain(turns: Sequence[Mapping]) -> Optional[float]:
         if agenda is not None:
             return agenda.potential
         legacy = (turn.get("user_heard") or [{}])[0].get("agenda")   # records written before the typed agenda
-        return (legacy["identified"] + legacy["offered"] + legacy["resolved"]) / (2 + legacy["concerns"]) \
+        return agenda_share(legacy["identified"], legacy["offered"], legacy["resolved"], legacy["concerns"]) \
             if legacy else None
     ends = [potential(t) for t in turns]
     if not ends or ends[-1] is None:

@@ -52,7 +52,7 @@ from typing import Optional
 from sead_ray.scenario.lexicon import TurnReading, content_words, read_turn
 from sead_ray.scenario.rule_user_section import RuleUserSpec
 from sead_ray.scenario.scenario import Scenario
-from sead_ray.scenario.turn_protocol import Agenda, UserRequest, UserTurnOutput
+from sead_ray.scenario.turn_protocol import CONCERN, Agenda, UserRequest, UserTurnOutput
 from sead_ray.user.rule.fact_check import scenario_bounds, unsupported
 
 IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
@@ -300,7 +300,7 @@ class RuleUserSimulator:
         """The call's agenda as the turn output reports it (turn_protocol.Agenda)."""
         def question(q: Optional[tuple[str, int]]) -> Optional[str]:
             kind, k = q or ("", -1)
-            return f"concern: {self.spec.concerns[k].name}" if kind == "concern" else kind or None
+            return CONCERN + self.spec.concerns[k].name if kind == "concern" else kind or None
         names = [c.name for c in self.spec.concerns]
         return Agenda(call.identified, call.offered, tuple(names[k] for k in call.own),
                       tuple(names[k] for k in sorted(call.resolved)), question(call.judged_against),
