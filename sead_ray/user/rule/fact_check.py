@@ -11,7 +11,10 @@ statement clause: it speaks of the asked fact) is held to that fact's own senten
   "forever");
 - **quantities** of a kind the fact states (a duration, an amount in its unit), none of them the fact's: "a year"
   where it says 30 days ("a month" is 30 days, "a full year" a year); a duration no fact states;
-- **how often and dates** (monthly, once a year; months, weekdays) where the fact says otherwise.
+- **how often and dates** (monthly, once a year; months, weekdays) where the fact says otherwise;
+- **polarity**: a word the fact's sentences only deny, asserted ("It is a contract" where they say "There is no
+  contract"). Not the other way round: a word they state, denied, is mostly an honest answer's own negation ("we don't
+  take any money" beside "activation takes one minute"; measured on the ear lines, docs/results.md).
 
 A turn with such a clause is `unsupported`: it answers nothing (the user asks again, as after an evasion), and the
 lie's own cost applies only where its ear also hears a lie. Where a fact states none of these, the ear's own margin
@@ -23,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sead_ray.scenario.lexicon import DURATIONS, NEGATIONS, NUMBER_WORDS, UNITS, Clause, clauses_of, numbers_in, phrase, stem
+from sead_ray.scenario.lexicon import (DURATIONS, NEGATIONS, NUMBER_WORDS, UNITS, Clause, clauses_of, content_words,
+                                       numbers_in, phrase, stem)
 
 # Absolutes and overclaims by group: a fact whose own sentences use one phrase of a group allows the group.
 ABSOLUTES: dict[str, tuple[str, ...]] = {
@@ -59,6 +63,13 @@ PERIODS = {"day": "day", "week": "week", "month": "month", "quarter": "quarter",
 PERIODIC = {"daily": "day", "weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year",
             "annual": "year", "annually": "year"}
 _GROUPS = {name: tuple(phrase(p) for p in items) for name, items in ABSOLUTES.items()}
+# A negation whose scope is the content word right after it (past at most three of the skipped words): "there is no
+# contract", "it is not a contract", "you can never stop". Narrow on purpose: "No, you can cancel" is an answer, "costs
+# nothing to cancel" and "not just books" deny nothing the polarity check should read.
+SCOPED_NEGATIONS = frozenset("no not never without cannot".split())
+NEGATION_SKIPS = frozenset("a an the any be been being to get ever even so at all".split())
+# "not just books", "no longer", "don't have to give": no denial of the word that follows
+NOT_A_DENIAL = frozenset("only just merely longer matter doubt problem worries worry have has need needs".split())
 
 
 def absolutes_in(clause: Clause) -> dict[str, str]:
@@ -118,6 +129,27 @@ def periods_in(clause: Clause) -> set[str]:
     return out
 
 
+def polarity_words(clause: Clause) -> tuple[frozenset[str], frozenset[str]]:
+    """(asserted, denied): the clause's content-word stems outside any negation's reach, and those a scoped negation
+    (SCOPED_NEGATIONS) denies."""
+    denied, words = set(), clause.words
+    for i, w in enumerate(words):
+        if w not in SCOPED_NEGATIONS or (w == "no" and i + 1 < len(words) and not _content(words[i + 1])):
+            continue   # "no" denies only the word right after it: "No, you can cancel" answers
+        j = i + 1
+        while j < len(words) and j <= i + 3 and words[j] in NEGATION_SKIPS:
+            j += 1
+        if j < len(words) and words[j] not in NOT_A_DENIAL and _content(words[j]):
+            denied.add(stem(words[j]))
+    # asserted: outside every negation's reach (the lexicon's wider window), so that neither side is read past its words
+    asserted = {stem(w) for i, w in enumerate(words) if _content(w) and not clause.negated_at(i)} - denied
+    return frozenset(asserted), frozenset(denied)
+
+
+def _content(word: str) -> bool:
+    return bool(content_words(word)) and word not in NEGATIONS | SCOPED_NEGATIONS
+
+
 @dataclass(frozen=True)
 class FactBounds:
     """What a clause about one fact may say: the absolute groups, quantities and calendar words of its sentences."""
@@ -125,6 +157,7 @@ class FactBounds:
     quantities: frozenset[tuple[float, str]]
     calendar: frozenset[str]
     periods: frozenset[str]
+    denied: frozenset[str] = frozenset()     # content words its sentences deny and never state (polarity_words)
 
     @property
     def durations(self) -> frozenset[float]:
@@ -138,10 +171,13 @@ class FactBounds:
 def fact_bounds(fact: str, claims: Sequence[str] = ()) -> FactBounds:
     """A fact's bounds from its text and the scenario's claims of it (true sentences its author wrote)."""
     clauses = [c for text in (fact, *claims) for c in clauses_of(text)]
+    polar = [polarity_words(c) for c in clauses]
+    asserted, denied = frozenset().union(*(a for a, _ in polar)), frozenset().union(*(d for _, d in polar))
     return FactBounds(frozenset(g for c in clauses for g in absolutes_in(c)),
                       frozenset(q for q in numbers_in(fact, unnumbered=True) if q[1] in UNITS),
                       frozenset(w for c in clauses for w in c.words if w in CALENDAR),
-                      frozenset(p for c in clauses for p in periods_in(c)))
+                      frozenset(p for c in clauses for p in periods_in(c)),
+                      denied - asserted)
 
 
 def scenario_bounds(facts: Sequence[str], spec: Any) -> list[FactBounds]:
@@ -167,6 +203,9 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
         allowed = frozenset().union(*(bounds[k].absolutes for k in facts))
         why += [f"{words!r}, which {_facts(facts)} never says ({clause.text!r})"
                 for group, words in absolutes_in(clause).items() if group not in allowed]
+        asserted = polarity_words(clause)[0]
+        why += [f"{w!r} stated where fact {k} denies it ({clause.text!r})"
+                for k in sorted(facts) for w in sorted(asserted & bounds[k].denied)]
     for k, said in sorted(speaking.items()):
         b, text = bounds[k], " / ".join(repr(c.text) for c in said)
         stated = [q for c in said for q in quantities_in(c)]

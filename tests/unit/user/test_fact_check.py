@@ -5,13 +5,13 @@ import pytest
 
 from sead_ray.scenario.lexicon import clauses_of
 from sead_ray.scenario.scenario import load_scenario
-from sead_ray.user.rule.fact_check import absolutes_in, fact_bounds, quantities_in, scenario_bounds, unsupported
+from sead_ray.user.rule.fact_check import absolutes_in, fact_bounds, polarity_words, quantities_in, scenario_bounds, unsupported
 from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.unit.user.test_rule_user import CHARITY, respond
 
 VALIDITY = "Asks about the validity period of the trial credit"    # raises the restaurant's `validity` concern
 EXPIRY, VIEWS = 1, 5                                                   # restaurant facts: 30 days; the first week
-IMPACT, TAX, AMOUNT = 2, 3, 5                                          # charity facts: 89 percent; January; 3 euros
+CANCEL, IMPACT, TAX, AMOUNT = 1, 2, 3, 5  # charity facts: no fee; 89 percent; January; 3 euros
 
 
 def said(text, facts=frozenset()):
@@ -65,6 +65,30 @@ def test_amounts_periods_and_dates_are_read_against_the_fact_spoken_of(charity_b
     assert unsupported(said("Your receipt comes in June."), b, frozenset([TAX]))
     assert unsupported(said("You don't have to give 10 euros. 3 euros a month is welcome."), b, frozenset([AMOUNT])) == []
     assert unsupported(said("The minimum is 10 euros a month."), b, frozenset([AMOUNT]))
+
+
+def test_a_word_the_fact_only_denies_stated_is_unsupported(charity_bounds):
+    """Found in a self-play call (issue 51, charity): "Is this a contract?" -> "It is a contract, signed by ..." was
+    heard as the answer, its nearest claim "There is no contract and no minimum period." """
+    b = charity_bounds
+    why = unsupported(said("It is a contract, signed by you and us."), b, frozenset([CANCEL]))
+    assert why == ["'contract' stated where fact 1 denies it ('It is a contract')"]
+    for honest in ("There's no contract: you can stop whenever you like.", "It is not a contract at all.",
+                   "No, you can cancel at any time, and cancelling is free.", "You are never locked in."):
+        assert unsupported(said(honest), b, frozenset([CANCEL])) == [], honest
+
+
+def test_what_the_polarity_reader_denies():
+    def denied(text):
+        return [sorted(polarity_words(c)[1]) for c in clauses_of(text)]
+    assert denied("There is no contract.") == [["contract"]] and denied("It is not a contract.") == [["contract"]]
+    assert denied("Once you start you cannot stop.") == [["stop"]]
+    # an interjection, an obligation, "not just", "costs nothing": no word denied
+    assert denied("No, you can cancel.") == [[], []]
+    assert denied("You don't have to give 10 euros, not just books, it costs nothing to cancel.") == [[], [], []]
+    # within a negation's reach (the lexicon's window) a word is not asserted either
+    assert polarity_words(clauses_of("We don't need your bank card.")[0]) == (frozenset(), frozenset())
+    assert polarity_words(clauses_of("It is a contract.")[0]) == (frozenset({"contract"}), frozenset())
 
 
 def test_what_the_reader_counts():
