@@ -7,10 +7,12 @@ statement clause: it speaks of the asked fact) is held to that fact's own senten
 `claims` of it):
 
 - **absolutes** the fact never uses ("forever", "never expires", "unlimited", "everyone", "guaranteed", "double",
-  "the very first", "only through ..."; generic English, by group, so that a claim "You keep it for life." allows
-  "forever");
+  "the very first", "only through ...", "everywhere", an authority that vouches ("endorsed by the ministry"), money
+  coming back ("refunded to you"), a reason not to check ("trust me", "no point calling"); generic English, by group,
+  so that a claim "You keep it for life." allows "forever");
 - **quantities** of a kind the fact states (a duration, an amount in its unit), none of them the fact's: "a year"
-  where it says 30 days ("a month" is 30 days, "a full year" a year); a duration no fact states;
+  where it says 30 days ("a month" is 30 days, "a full year" a year); a share in words ("about half") far from the
+  fact's percentage; a duration no fact states;
 - **how often and dates** (monthly, once a year; months, weekdays) where the fact says otherwise;
 - **polarity**: a word the fact's sentences only deny, asserted ("It is a contract" where they say "There is no
   contract"). Not the other way round: a word they state, denied, is mostly an honest answer's own negation ("we don't
@@ -47,7 +49,19 @@ ABSOLUTES: dict[str, tuple[str, ...]] = {
     # a restriction the fact does not make ("can only be turned on through our website", "only for major donors")
     "only": tuple(f"only {w}" for w in "be through by on in to for available apply applies sent shared i we our me "
                   "via accept from at".split()),
-    "instant": ("instantly", "instant", "immediately", "overnight", "by tonight", "this morning", "on day one"),
+    "instant": ("instantly", "instant", "immediately", "overnight", "by tonight", "this morning", "on day one",
+                "from day one"),
+    "everywhere": ("everywhere", "every app", "all the apps", "every user", "every school", "every award",
+                   "every charity award", "all the major"),
+    # an authority that vouches for the caller or the offer, which the fact does not name
+    "authority": ("endorsed", "endorse", "certified", "certifies", "certify", "accredited", "government",
+                  "ministry", "united nations", "unesco", "most trusted", "largest", "biggest", "award winning"),
+    # money coming back to the user, which the fact does not promise
+    "money back": ("money back", "cash back", "in cash", "as cash", "paid out", "refund", "refunds", "refunded",
+                   "returned to you", "returned to your account", "match it"),
+    # a reason not to check what the user asked to check
+    "unverifiable": ("trust me", "trust us", "have to trust", "no need to check", "no point calling",
+                     "no point checking", "don't bother", "caller id", "confidential"),
 }
 # a group that is itself emphasis on a negation ("nobody ever"): no negation denies it
 EMPHASIS = frozenset({"ever"})
@@ -85,6 +99,24 @@ def absolutes_in(clause: Clause) -> dict[str, str]:
                 found[name] = " ".join(term)
                 break
     return found
+
+
+# a share said in words, as a percentage ("about half goes to the clubs"; "nine tenths" of 89 percent is near enough:
+# see SHARE_TOLERANCE)
+SHARES = {"half": 50.0, "a third": 33.0, "one third": 33.0, "two thirds": 67.0, "a quarter": 25.0, "one quarter": 25.0,
+          "three quarters": 75.0, "nine tenths": 90.0, "nine in ten": 90.0, "nine out of ten": 90.0}
+_SHARES = {phrase(p): v for p, v in SHARES.items()}
+SHARE_TOLERANCE = 3.0   # percentage points between a share in words and the fact's percentage
+
+
+def shares_in(clause: Clause) -> list[float]:
+    """The shares a clause states in words, as percentages ("half", "two thirds", "nine out of ten"), none where a
+    longer phrase holds the word ("one and a half"), nor after a negation."""
+    if set(clause.words) & NEGATIONS:
+        return []
+    found = {i: (len(term), v) for term, v in _SHARES.items() for i in clause.find(term)}
+    covered = {j for i, (n, _) in found.items() for j in range(i + 1, i + n)}
+    return [v for i, (n, v) in sorted(found.items()) if i not in covered and "and" not in clause.words[max(0, i - 2):i]]
 
 
 def quantities_in(clause: Clause) -> list[tuple[float, str]]:
@@ -219,6 +251,11 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
             own = {v for v, u in b.quantities if u == unit}
             if not values & (own | ({100 - v for v in own} if unit == "percent" else set())):   # "the other 11 percent"
                 why.append(f"an amount in {unit} fact {k} does not state ({text})")
+        own_shares = {v for v, u in b.quantities if u == "percent"}
+        shares = [v for c in said for v in shares_in(c)]
+        if own_shares and shares and not any(abs(v - o) <= SHARE_TOLERANCE or abs(v - (100 - o)) <= SHARE_TOLERANCE
+                                             for v in shares for o in own_shares):
+            why.append(f"a share fact {k} does not state ({text})")
         periods = set().union(*(periods_in(c) for c in said))
         if b.periods and periods and not periods & b.periods:
             why.append(f"{'/'.join(sorted(periods))} where fact {k} says {'/'.join(sorted(b.periods))} ({text})")

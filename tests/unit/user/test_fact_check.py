@@ -78,6 +78,26 @@ def test_a_word_the_fact_only_denies_stated_is_unsupported(charity_bounds):
         assert unsupported(said(honest), b, frozenset([CANCEL])) == [], honest
 
 
+@pytest.mark.parametrize("fact,text", [
+    (IMPACT, "About half goes to the clubs, the rest funds our campaigns."),
+    (IMPACT, "It goes straight to the clubs, and anything left over is refunded to you."),
+    (4, "We're endorsed by the Ministry of Education."),
+    (4, "We don't publish reports, you'll just have to trust us."),
+    (0, "Ten euros a month puts books in every school in the country.")])
+def test_a_share_money_back_an_authority_or_a_reason_not_to_check_the_fact_never_names_is_unsupported(
+        charity_bounds, fact, text):
+    assert unsupported(said(text), charity_bounds, frozenset([fact]))
+
+
+@pytest.mark.parametrize("fact,text", [
+    (IMPACT, "Almost nine tenths of every gift goes straight to the reading clubs."),
+    (IMPACT, "Nine out of ten euros reach the clubs; the other part pays for administration."),
+    (4, "We're a registered charity; the annual report is on our website."),
+    (AMOUNT, "You can give one and a half euros more later, or change the amount.")])
+def test_the_same_facts_in_honest_words_stay_supported(charity_bounds, fact, text):
+    assert unsupported(said(text), charity_bounds, frozenset([fact])) == []
+
+
 def test_what_the_polarity_reader_denies():
     def denied(text):
         return [sorted(polarity_words(c)[1]) for c in clauses_of(text)]
