@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sead_ray.scenario.pressure_patterns import PRESSURE_PATTERNS, WITHIN_FOUR_WORDS
+
 _TOKEN = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 # clause breaks: commas, semicolons, colons, spaced or long dashes, "but"
@@ -54,55 +56,6 @@ ONE = frozenset("a an first".split())     # a fact's "for a month", "the first w
 # Pressure is recognised by its shape, not by a list of slogans: obligation to decide, a deadline or a
 # vanishing offer, no second chance, everyone else already did, a threatened loss, guilt. Regular
 # expressions over the lower-cased turn (both "don't" and "do not" spelled out); the scenario adds phrases.
-_W = r"(?:\s+\w+){0,4}?"          # up to four words between two cues
-_SOON = r"(?:now|today|tonight|immediately|right away|quickly|fast|at once)"
-PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
-    # obligation and urgency to decide
-    rf"\b(?:have to|has to|must|need to|needs to|got to|gotta|should)\b{_W}\s+"
-    r"(?:decide|answer|agree|commit|sign|say yes|act|choose)\b",   # not "need to activate it in the app"
-    rf"\b(?:(?:decide|sign|agree|commit|answer|join|accept)\w*|act(?:ing)?)\s+(?:up\s+)?{_SOON}\b",   # not "activated today"
-    # (speed alone is no pressure: "I can set it up right away" is service; "decide right away" is caught above)
-    r"\b(?:hurry|asap|urgent|urgently|without delay|no time to (?:lose|waste)|clock is ticking)\b",
-    r"\b(?:don't|do not|never) (?:wait|hesitate|think too long|delay)\b",
-    r"\b(?:don't|do not) (?:think|worry) (?:about it )?too (?:much|long)\b|\bjust (?:agree|say yes|sign)\b",
-    r"\bsay yes (?:now|today|tonight|right now|quickly)\b|\b(?:need|want) (?:an|your) (?:answer|decision) "
-    r"(?:now|today|tonight|right now)\b",
-    rf"\b(?:foolish|stupid|crazy|silly|mad|insane)\b{_W}\s+(?:say no|refuse|pass|decline|miss|turn (?:it|this) down)",
-    # deadlines, scarcity and vanishing offers
-    rf"\b(?:offer|deal|chance|opportunity|spots?|places?)\b{_W}\s+(?:ends?|ending|expires?|expiring|"
-    r"is gone|will be gone|goes away|disappears?|vanish\w*|runs? out|closes?|won't last|will not last)",
-    r"\b(?:ends?|expires?|gone|over|closes?)\s+(?:today|tonight|tomorrow|at midnight|soon|"
-    r"this (?:week|evening|afternoon))\b",
-    r"\b(?:won't|will not|can't|cannot|not) (?:be around|last long|stay open|keep (?:this|it) open|hold (?:it|this))\b",
-    r"\b(?:hold|keep|reserve) (?:it|this|the \w+)(?: open)? (?:for you )?(?:only )?until\b|"
-    r"\buntil (?:tonight|midnight|the end of (?:the )?(?:day|week))\b",
-    r"\bbefore (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|the weekend|the end of|we hang up|"
-    r"you hang up|midnight|tonight|tomorrow|it's too late|it is too late|someone else)\b",
-    rf"\b(?:price|prices|cost|costs|fee|fees)\b{_W}\s+(?:go(?:es)? up|going up|rises?|increases?|doubles?)\b",
-    r"\b(?:time|it|this|spots?|places?|stock) (?:is |are )?running out\b|\bsomeone else (?:will|would|could|might)\b",
-    r"\b(?:today|tonight|this week) only\b|\bonly (?:today|tonight|this week)\b|\blimited (?:time|offer|spots?)\b",
-    r"\b(?:only|just) (?:a few|\w+) (?:\w+ )?(?:left|remaining)\b",
-    r"\b(?:last|final|only|one-time|once in a lifetime) (?:chance|day|opportunity|call|offer)\b",
-    r"\bslip(?:s|ping)? away\b|\bmiss(?:ing)? out\b|\bdon't miss\b|\bnow or never\b|"
-    r"\bwhile (?:it|stocks?|supplies) lasts?\b",
-    # no second chance
-    rf"\b(?:no|not|never|won't|will not|there won't be|there will not be)\b{_W}\s+(?:second|another|other|new)\s+"
-    r"(?:offer|chance|opportunity|deal|call)",
-    r"\b(?:won't|will not|never) (?:be )?(?:offered|available|come|happen) again\b",
-    # everyone else already did
-    r"\b(?:everyone|everybody|all (?:the )?(?:other|your)|other (?:shops|restaurants|owners|businesses|donors|people)|"
-    rf"your (?:neighbou?rs|competitors|rivals))\b{_W}\s+(?:already|has|have|are|is|signed|joined|said yes|agreed|"
-    r"using|doing)",
-    # threats and losses
-    r"\b(?:you will|you'll|you are going to|you're going to) (?:lose|regret|be sorry|miss|pay for)\b",
-    r"\b(?:we will|we'll|we are going to|we're going to|they will|they'll) (?:remove|cancel|suspend|close|delist|"
-    r"block|report|downgrade|penali[sz]e)\b",
-    r"\bor else\b|\bpenalt(?:y|ies)\b|\bconsequences\b|\bno choice\b|\bregret (?:it|this|not)\b",
-    # guilt
-    r"\blet(?:ting|s)? (?:\w+ )?down\b|\bthink (?:of|about) (?:the|your|those) (?:children|kids|family|families)\b",
-    r"\bdisappoint\w*|\byour fault\b|\bshame\b|\bselfish\b|\bhow could you\b|\bdon't you care\b|"
-    r"\bdo you not care\b|\bwill suffer\b|\bon your conscience\b",
-))
 # Credentials, payment and overclaims: phrases matched on whole words after light stemming, beside the scenario's.
 CREDENTIALS = (
     "card number", "card details", "credit card", "debit card", "bank card", "bank account", "bank details",
@@ -115,7 +68,7 @@ CREDENTIALS = (
 # A request for something private by its shape, in any words: an asking verb, then (within a few words) a code, digits,
 # a password or sign-in ("just read me the six digits we texted", "type the code from the message here")
 CREDENTIAL_PATTERNS = tuple(re.compile(p) for p in (
-    rf"\b(?:read|tell|type|send|give|share|confirm|provide|enter|say|spell|forward|pass|key|repeat)\b{_W}\s+"
+    rf"\b(?:read|tell|type|send|give|share|confirm|provide|enter|say|spell|forward|pass|key|repeat)\b{WITHIN_FOUR_WORDS}\s+"
     r"(?:\w+[- ])?(?:codes?|digits|password|passcode|pin|otp|cvv|cvc|credentials|log-?in|sign-?in|"
     r"security (?:question|answer)|verification)\b",
     r"\bwhat(?:'s| is| are| were)\b(?:\s+\w+){0,3}?\s+(?:codes?|digits|password|passcode|pin|otp)\b",

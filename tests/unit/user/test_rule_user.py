@@ -100,6 +100,10 @@ def test_lies_cost_trust_and_never_answer(sim, lie):
     "All the other restaurants on your street already said yes.", "If you refuse, you will lose your ranking.",
     "Sign up today before the spots run out.", "Think of your family, you'd be letting them down.",
     "We'll remove your listing if you don't join.", "Only three places left, act fast!",
+    # scarcity, everyone-else-did, threats, the caller's stakes, guilt (issue 50's pressure in fresh words)
+    "There are only a handful of these left for your district.", "Two shops nearby have already signed up.",
+    "If you pass, your listing could slide down the rankings.", "I'll be in trouble if I don't hit my target today.",
+    "Someone as smart as you sees this is a no-brainer.", "I went out on a limb for you, don't make me look bad.",
 ])
 def test_pressure_in_new_words_is_heard(sim, text):
     assert pressure_in(text), text
@@ -124,7 +128,8 @@ def test_credential_and_payment_requests_cost_trust(sim, text):
 def test_honest_facts_and_turns_raise_no_flag(sim, scenario):
     for text in [*scenario.facts, opening(sim), ASK, ANSWER_COST, ANSWER_IDENTITY,
                  "There is no pressure, take your time.", "I can activate it for you today on the call.",
-                 "It takes one minute in the merchant app.", "Seven hundred yuan, completely free."]:
+                 "It takes one minute in the merchant app.", "Seven hundred yuan, completely free.",
+                 "Nothing is left out, and you are the only one who decides.", "I'd be glad to help you set it up."]:
         r = read_turn(text, sim.lexicon)
         assert not (r.lie or r.red_flag), (text, r)
 
