@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sead_ray.scenario.pressure_patterns import PRESSURE_PATTERNS, WITHIN_FOUR_WORDS
+from sead_ray.scenario.pressure_patterns import GAP, PRESSURE_PATTERNS
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -68,7 +68,7 @@ CREDENTIALS = (
 # A request for something private by its shape, in any words: an asking verb, then (within a few words) a code, digits,
 # a password or sign-in ("just read me the six digits we texted", "type the code from the message here")
 CREDENTIAL_PATTERNS = tuple(re.compile(p) for p in (
-    rf"\b(?:read|tell|type|send|give|share|confirm|provide|enter|say|spell|forward|pass|key|repeat)\b{WITHIN_FOUR_WORDS}\s+"
+    rf"\b(?:read|tell|type|send|give|share|confirm|provide|enter|say|spell|forward|pass|key|repeat)\b{GAP}\s+"
     r"(?:\w+[- ])?(?:codes?|digits|password|passcode|pin|otp|cvv|cvc|credentials|log-?in|sign-?in|"
     r"security (?:question|answer)|verification)\b",
     r"\bwhat(?:'s| is| are| were)\b(?:\s+\w+){0,3}?\s+(?:codes?|digits|password|passcode|pin|otp)\b",

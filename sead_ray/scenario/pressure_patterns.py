@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 
-WITHIN_FOUR_WORDS = r"(?:\s+\w+){0,4}?"          # up to four words between two cues
+GAP = r"(?:\s+\w+){0,4}?"          # up to four words between two cues
 _SOON = r"(?:now|today|tonight|immediately|right away|quickly|fast|at once)"
 PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     # obligation and urgency to decide
-    rf"\b(?:have to|has to|must|need to|needs to|got to|gotta|should)\b{WITHIN_FOUR_WORDS}\s+"
+    rf"\b(?:have to|has to|must|need to|needs to|got to|gotta|should)\b{GAP}\s+"
     r"(?:decide|answer|agree|commit|sign|say yes|act|choose)\b",   # not "need to activate it in the app"
     rf"\b(?:(?:decide|sign|agree|commit|answer|join|accept)\w*|act(?:ing)?)\s+(?:up\s+)?{_SOON}\b",   # not "activated today"
     # (speed alone is no pressure: "I can set it up right away" is service; "decide right away" is caught above)
@@ -19,9 +19,9 @@ PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     r"\b(?:don't|do not) (?:think|worry) (?:about it )?too (?:much|long)\b|\bjust (?:agree|say yes|sign)\b",
     r"\bsay yes (?:now|today|tonight|right now|quickly)\b|\b(?:need|want) (?:an|your) (?:answer|decision) "
     r"(?:now|today|tonight|right now)\b",
-    rf"\b(?:foolish|stupid|crazy|silly|mad|insane)\b{WITHIN_FOUR_WORDS}\s+(?:say no|refuse|pass|decline|miss|turn (?:it|this) down)",
+    rf"\b(?:foolish|stupid|crazy|silly|mad|insane)\b{GAP}\s+(?:say no|refuse|pass|decline|miss|turn (?:it|this) down)",
     # deadlines, scarcity and vanishing offers
-    rf"\b(?:offer|deal|chance|opportunity|spots?|places?)\b{WITHIN_FOUR_WORDS}\s+(?:ends?|ending|expires?|expiring|"
+    rf"\b(?:offer|deal|chance|opportunity|spots?|places?)\b{GAP}\s+(?:ends?|ending|expires?|expiring|"
     r"is gone|will be gone|goes away|disappears?|vanish\w*|runs? out|closes?|won't last|will not last)",
     r"\b(?:ends?|expires?|gone|over|closes?)\s+(?:today|tonight|tomorrow|at midnight|soon|"
     r"this (?:week|evening|afternoon))\b",
@@ -30,7 +30,7 @@ PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     r"\buntil (?:tonight|midnight|the end of (?:the )?(?:day|week|today))\b|\bgrab it (?:now|today|while)\b",
     r"\bbefore (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|the weekend|the end of|we hang up|"
     r"you hang up|midnight|tonight|tomorrow|it's too late|it is too late|someone else)\b",
-    rf"\b(?:price|prices|cost|costs|fee|fees)\b{WITHIN_FOUR_WORDS}\s+(?:go(?:es)? up|going up|rises?|increases?|doubles?)\b",
+    rf"\b(?:price|prices|cost|costs|fee|fees)\b{GAP}\s+(?:go(?:es)? up|going up|rises?|increases?|doubles?)\b",
     r"\b(?:time|it|this|spots?|places?|stock) (?:is |are )?running out\b|\bsomeone else (?:will|would|could|might)\b",
     r"\b(?:today|tonight|this week) only\b|\bonly (?:today|tonight|this week)\b|\blimited (?:time|offer|spots?)\b",
     r"\b(?:only|just) (?:a few|a handful|\w+) (?:\w+ ){0,3}(?:are |is )?(?:left|remaining)\b|\bgoing fast\b|"
@@ -39,12 +39,12 @@ PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     r"\bslip(?:s|ping)? away\b|\bmiss(?:ing)? out\b|\bdon't miss\b|\bnow or never\b|"
     r"\bwhile (?:it|stocks?|supplies) lasts?\b",
     # no second chance
-    rf"\b(?:no|not|never|won't|will not|there won't be|there will not be)\b{WITHIN_FOUR_WORDS}\s+(?:second|another|other|new)\s+"
+    rf"\b(?:no|not|never|won't|will not|there won't be|there will not be)\b{GAP}\s+(?:second|another|other|new)\s+"
     r"(?:offer|chance|opportunity|deal|call)",
     r"\b(?:won't|will not|never) (?:be )?(?:offered|available|come|happen) again\b",
     # everyone else already did
     r"\b(?:everyone|everybody|all (?:the )?(?:other|your)|other (?:shops|restaurants|owners|businesses|donors|people)|"
-    rf"your (?:neighbou?rs|competitors|rivals))\b{WITHIN_FOUR_WORDS}\s+(?:already|has|have|are|is|signed|joined|said yes|agreed|"
+    rf"your (?:neighbou?rs|competitors|rivals))\b{GAP}\s+(?:already|has|have|are|is|signed|joined|said yes|agreed|"
     r"using|doing)",
     r"\b(?:have|has) already (?:signed|joined|gone|switched|said yes|agreed)\b|\b(?:be|feel) left out\b|"
     r"\b(?:be|being) the only (?:\w+ ){0,4}(?:without|who|left)\b",

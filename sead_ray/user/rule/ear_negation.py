@@ -1,9 +1,10 @@
-"""When a negation says that what an ear heard is no red flag. The sentence embedding does not see a "not" ("we
-will never ask for your card" sits next to "read me your card number"); these lexical rules decide instead, for the
-semantic ear's nearest prototypes, its kind probe and the lexicon's pressure words (semantic_ear.py)."""
+"""When a negation, or a missing word of money, says that what an ear heard is no red flag. The sentence embedding
+does not see a "not" ("we will never ask for your card" sits next to "read me your card number"); these lexical rules
+decide instead, for the semantic ear's nearest prototypes, its kind probe and the lexicon's pressure words
+(semantic_ear.py)."""
 from __future__ import annotations
 
-from sead_ray.scenario.lexicon import NEGATIONS, Clause, clauses_of_sentence, phrase
+from sead_ray.scenario.lexicon import NEGATIONS, Clause, clauses_of_sentence, phrase, stem
 
 # negated, no pressure: "no rush", "no need to decide today", "you don't have to answer now"
 CALM = frozenset("rush hurry deadline pressure obligation catch commitment need needs must".split())
@@ -29,3 +30,15 @@ def negated_before(clause: Clause, matched: str) -> bool:
     no")."""
     starts = clause.find(phrase(matched))
     return bool(starts) and all(clause.negated_at(i) for i in starts)
+
+
+# A request for payment names money or a way to move it ("I can activate it now" is near "Send the payment now and we
+# will activate it", and asks for nothing)
+MONEY_WORDS = frozenset("""pay paid paying payment money transfer transferring fee deposit charge card cash wire send
+sending top amount price cost bill invoice account bank yuan euro dollar pound cent wallet""".split())
+
+
+def moneyless(label: str, clause: Clause) -> str:
+    """Why a payment flag does not hold for this clause ('' when it may)."""
+    money = any(w.isdigit() or stem(w) in MONEY_WORDS for w in clause.words)
+    return "" if label != "payment" or money else "a payment request with no word of money"

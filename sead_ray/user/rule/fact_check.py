@@ -28,8 +28,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sead_ray.scenario.lexicon import (DURATIONS, NEGATIONS, NUMBER_WORDS, UNITS, Clause, clauses_of, content_words,
-                                       numbers_in, phrase, stem)
+from sead_ray.scenario.lexicon import (
+    DURATIONS,
+    NEGATIONS,
+    NUMBER_WORDS,
+    UNITS,
+    Clause,
+    clauses_of,
+    content_words,
+    numbers_in,
+    phrase,
+    stem,
+)
 
 # Absolutes and overclaims by group: a fact whose own sentences use one phrase of a group allows the group.
 ABSOLUTES: dict[str, tuple[str, ...]] = {

@@ -41,7 +41,7 @@ from sead_ray.scenario.lexicon import (
     sentences_of,
     tokens,
 )
-from sead_ray.user.rule.ear_negation import denial, negated_before
+from sead_ray.user.rule.ear_negation import denial, moneyless, negated_before
 from sead_ray.user.rule.ear_probe import KINDS, fit_probe, generic_sentences
 from sead_ray.user.rule.ear_prototypes import ASKS, CREDENTIALS, PAYMENT, PRESSURE, REASSURANCE, SMALL_TALK
 
@@ -276,8 +276,9 @@ class SemanticEar:
             verdict, veto = self._judge_clause(clause, sentence, one, proto, sim, best)
             if kind is not None and verdict not in FLAGS and not verdict.startswith(("lie", "states fact")) and \
                     _on_topic(best) < self.settings.probe_off_topic:   # the probe's flag, unless a negation denies it
-                if kind.denied:
-                    veto = veto or f"{kind.denied} (the kind probe heard {kind.label}, {kind.probability:.2f})"
+                denied = kind.denied or moneyless(kind.label, clause)
+                if denied:
+                    veto = veto or f"{denied} (the kind probe heard {kind.label}, {kind.probability:.2f})"
                 else:
                     verdict, proto, sim = kind.label, Prototype(kind.label, -1, "(kind probe)"), kind.probability
             if verdict == "nothing" and (proto.label not in ANSWER_BLOCKERS or proto.label == "lie" and veto):
@@ -347,9 +348,14 @@ class SemanticEar:
         s = self.settings
         for k in sorted(expecting, key=lambda f: -best.get(("fact", f), -1.0)):
             true_sim = best.get(("fact", k), -1.0)
-            if true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin and not one.lie \
-                    and not clause.question:
+            if one.lie or clause.question:
+                break
+            if true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin:
                 return f"states fact {k} (the answer asked for)", Prototype("fact", k, proto.text), true_sim
+            # the lexicon reads the asked fact's own terms with their polarity ("Check via customer service."), where
+            # the model, on a few words, is nearer a lie or below the threshold
+            if one.states(k, 1):
+                return f"states fact {k} (the answer asked for, its terms)", Prototype("fact", k, proto.text), true_sim
         return "nothing", proto, sim
 
     def _judge_clause(self, clause: Clause, sentence: Clause, one: TurnReading, proto: Prototype, sim: float,
@@ -377,7 +383,7 @@ class SemanticEar:
                 return f"unclear between fact {k} and a lie about it", ""
             return f"lie about fact {k}", ""
         if proto.label in FLAGS and sim >= s.flag:
-            denied = denial(proto.label, sentence)
+            denied = denial(proto.label, sentence) or moneyless(proto.label, clause)
             return ("nothing", denied) if denied else (proto.label, "")
         if proto.label in ("identity", "offer", "ask", "reassurance", "small_talk") and sim >= s.role:
             return proto.label, ""

@@ -5,7 +5,14 @@ import pytest
 
 from sead_ray.scenario.lexicon import clauses_of
 from sead_ray.scenario.scenario import load_scenario
-from sead_ray.user.rule.fact_check import absolutes_in, fact_bounds, polarity_words, quantities_in, scenario_bounds, unsupported
+from sead_ray.user.rule.fact_check import (
+    absolutes_in,
+    fact_bounds,
+    polarity_words,
+    quantities_in,
+    scenario_bounds,
+    unsupported,
+)
 from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.unit.user.test_rule_user import CHARITY, respond
 

@@ -53,6 +53,17 @@ def test_an_answer_to_the_question_asked_is_heard_more_readily(ear):
     assert 1 in ear.hear(terse, frozenset({1}))[0].heard_facts
     # a lie is no answer, asked or not
     assert 1 not in ear.hear("It never runs out, use it whenever.", frozenset({1}))[0].heard_facts
+    # a few words with the asked fact's own term, nearer a lie for the model ("Call my personal mobile number to
+    # check."): the lexicon reads the fact's term with its polarity, an answer; the term denied is none
+    assert 6 in ear.hear("Check via customer service.", frozenset({6}))[0].heard_facts
+    assert 6 not in ear.hear("Check via customer service.")[0].heard_facts
+    assert 6 not in ear.hear("Don't bother with customer service.", frozenset({6}))[0].heard_facts
+
+
+def test_a_payment_request_names_money(ear):
+    """"I can activate it now." is near "Send the payment now and we will activate it." and asks for nothing."""
+    assert not ear.hear("I can activate it now.")[0].payment
+    assert ear.hear("Send me the 50 yuan now and I will activate it.")[0].payment
 
 
 def test_the_user_keeps_why_in_the_call_record(scenario):
