@@ -22,7 +22,7 @@ PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     rf"\b(?:foolish|stupid|crazy|silly|mad|insane)\b{GAP}\s+(?:say no|refuse|pass|decline|miss|turn (?:it|this) down)",
     # deadlines, scarcity and vanishing offers
     rf"\b(?:offer|deal|chance|opportunity|spots?|places?)\b{GAP}\s+(?:ends?|ending|expires?|expiring|"
-    r"is gone|will be gone|goes away|disappears?|vanish\w*|runs? out|closes?|won't last|will not last)",
+    r"is gone|will be gone|goes away|disappears?|vanish\w*|runs? out|closes?\b(?! to\b)|won't last|will not last)",
     r"\b(?:ends?|expires?|gone|over|closes?)\s+(?:today|tonight|tomorrow|at midnight|soon|"
     r"this (?:week|evening|afternoon))\b",
     r"\b(?:won't|will not|can't|cannot|not) (?:be around|last long|stay open|keep (?:this|it) open|hold (?:it|this))\b",

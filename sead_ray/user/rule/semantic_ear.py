@@ -37,6 +37,7 @@ from sead_ray.scenario.lexicon import (
     clauses_of,
     clauses_of_sentence,
     numbers_in,
+    phrase,
     read_turn,
     sentences_of,
     tokens,
@@ -199,6 +200,9 @@ class SemanticEar:
         self.spec, self.settings = spec, settings
         self.embedder = embedder or SentenceEmbedder.shared()
         self.prototypes = prototypes_of(spec, facts)
+        # per fact, the words of its own sentences: pressure or credential words there are the fact's, not the caller's
+        self.fact_words = [frozenset(phrase(" ".join(p.text for p in self.prototypes if p.label == "fact" and p.fact == k)))
+                           for k in range(len(facts))]
         self.matrix = self.embedder.embed([p.text for p in self.prototypes])
         examples, own = probe_examples(self.prototypes)
         self.probe = fit_probe(self.embedder, examples, own, settings.probe_own_weight)
@@ -293,9 +297,12 @@ class SemanticEar:
             identifies |= verdict == "identity"
             offers |= verdict == "offer"
             asks |= verdict == "ask"
-            for flag in FLAGS:   # the lexicon's, but not in a clause the model hears as one of the scenario's facts
+            # the lexicon's, but not in a clause the model hears as one of the scenario's facts when the words are the
+            # fact's own; payment words ("pay per click", "pause the payments") are part of honest answers in any words
+            for flag in FLAGS:
                 for words in getattr(one, flag):
-                    if verdict.startswith("states fact"):
+                    if verdict.startswith("states fact") and (flag == "payment"
+                                                              or set(phrase(words)) <= self.fact_words[proto.fact]):
                         veto = veto or f"the lexicon's {flag} words ({words}) in a stated fact"
                     elif flag == "pressure" and verdict != "pressure" and \
                             (negated_before(clause, words) or denial(flag, sentence)):

@@ -60,6 +60,16 @@ def test_an_answer_to_the_question_asked_is_heard_more_readily(ear):
     assert 6 not in ear.hear("Don't bother with customer service.", frozenset({6}))[0].heard_facts
 
 
+def test_pressure_and_credential_words_count_where_the_model_hears_a_fact_unless_they_are_the_facts_own(ear):
+    """The model hears "Three restaurants on your street ..." as the placement fact (0.57); its pressure words are not
+    that fact's, so they count; "pay per click" in an honest answer is no payment request."""
+    social_proof = "Three restaurants on your street have already signed up this week."
+    assert ear.hear(social_proof)[0].pressure
+    assert ear.hear("I'll need your merchant app password to activate it from my side.")[0].credentials
+    assert not ear.hear("Your ad shows in search and on the list of places close to them.")[0].red_flag
+    assert not ear.hear("One month, pay-per-click.", frozenset({1}))[0].red_flag
+
+
 def test_a_payment_request_names_money(ear):
     """"I can activate it now." is near "Send the payment now and we will activate it." and asks for nothing."""
     assert not ear.hear("I can activate it now.")[0].payment
