@@ -287,6 +287,9 @@ class SemanticEar:
                     verdict, proto, sim = kind.label, Prototype(kind.label, -1, "(kind probe)"), kind.probability
             if verdict == "nothing" and (proto.label not in ANSWER_BLOCKERS or proto.label == "lie" and veto):
                 verdict, proto, sim = self._expected_answer(clause, one, best, expecting, proto, sim)
+            elif verdict == "small_talk" and any(one.states(k, 1) for k in expecting):   # "first week." ~ "How's your week?"
+                answer = self._expected_answer(clause, one, best, expecting, proto, sim)
+                verdict, proto, sim = answer if answer[0].startswith("states fact") else (verdict, proto, sim)
             stated_in.append(set(one.supported) | ({proto.fact} if verdict.startswith("states fact") else set()))
             if verdict.startswith("states fact"):
                 heard.add(proto.fact)

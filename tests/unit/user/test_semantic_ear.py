@@ -58,6 +58,9 @@ def test_an_answer_to_the_question_asked_is_heard_more_readily(ear):
     assert 6 in ear.hear("Check via customer service.", frozenset({6}))[0].heard_facts
     assert 6 not in ear.hear("Check via customer service.")[0].heard_facts
     assert 6 not in ear.hear("Don't bother with customer service.", frozenset({6}))[0].heard_facts
+    # ... also where the few words sit nearer small talk ("first week." ~ "How has your week been so far?")
+    assert 5 in ear.hear("More views, first week.", frozenset({5}))[0].heard_facts
+    assert ear.hear("How has your week been so far?", frozenset({5}))[0].heard_facts == frozenset()
 
 
 def test_pressure_and_credential_words_count_where_the_model_hears_a_fact_unless_they_are_the_facts_own(ear):
