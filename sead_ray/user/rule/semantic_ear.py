@@ -300,8 +300,7 @@ class SemanticEar:
             identifies |= verdict == "identity"
             offers |= verdict == "offer"
             asks |= verdict == "ask"
-            # the lexicon's, but not in a clause the model hears as one of the scenario's facts when the words are the
-            # fact's own; payment words ("pay per click", "pause the payments") are part of honest answers in any words
+            # the lexicon's, unless in a clause heard as a fact: its own words, or payment words ("pay per click")
             for flag in FLAGS:
                 for words in getattr(one, flag):
                     if verdict.startswith("states fact") and (flag == "payment"
@@ -354,12 +353,13 @@ class SemanticEar:
     def _expected_answer(self, clause: Clause, one: TurnReading, best: dict[tuple[str, int], float],
                          expecting: frozenset[int], proto: Prototype, sim: float) -> tuple[str, Prototype, float]:
         """A clause that states none of the facts clearly enough, heard as the answer to the question asked:
-        similar enough to an expected fact, closer to its true claims than to its lies, no lie in it."""
+        similar enough to an expected fact, closer to its true claims than to its lies, no lie in it; or, on a few
+        words, naming one of the expected fact's terms with its polarity (the lexicon's reading)."""
         s = self.settings
+        if one.lie or clause.question:
+            return "nothing", proto, sim
         for k in sorted(expecting, key=lambda f: -best.get(("fact", f), -1.0)):
             true_sim = best.get(("fact", k), -1.0)
-            if one.lie or clause.question:
-                break
             if true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin:
                 return f"states fact {k} (the answer asked for)", Prototype("fact", k, proto.text), true_sim
             # the lexicon reads the asked fact's own terms with their polarity ("Check via customer service."), where
