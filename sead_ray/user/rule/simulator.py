@@ -49,11 +49,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
-from sead_ray.scenario.lexicon import TurnReading, content_words, read_turn
+from sead_ray.scenario.lexicon import TurnReading, content_words
 from sead_ray.scenario.rule_user_section import RuleUserSpec
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import CONCERN, Agenda, UserRequest, UserTurnOutput
 from sead_ray.user.rule.fact_check import scenario_bounds, unsupported
+from sead_ray.user.rule.hearing import Hearing
 
 IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
 
@@ -123,8 +124,6 @@ class RuleUserSimulator:
         self.lexicon = self.spec.lexicon
         from sead_ray.user.rule.ears import EARS  # (the semantic ear loads its model only when chosen)
         self.ear = EARS.get(ear)(self.spec, scenario.facts)
-        # the offer as the scenario pitches it ("a free 700-yuan credit"): saying it again is not reciting facts
-        self.pitch = frozenset().union(*read_turn(self.spec.opening, self.lexicon).supported.values())
         self.bounds = scenario_bounds(scenario.facts, self.spec)
         self._category = {b.text: b.category for b in scenario.behaviors}
 
@@ -175,19 +174,20 @@ class RuleUserSimulator:
         spec = self.spec
         kind, k = call.voiced or ("", -1)
         asked = frozenset(self.spec.concerns[k].answered_by) if kind == "concern" else frozenset()
-        r, call.heard = self.ear.hear(said, asked)
+        hearing = self.ear.hear(said, asked)
+        r, call.heard = hearing.reading, hearing.reasons_json()
         why = unsupported(r.about, self.bounds, asked)
         if why:
             call.heard = (*call.heard, {"rule": "unsupported", "why": why})
-        stated = self._concerns_stated(r)
-        recited = self._concerns_stated(r, beyond=self.pitch)
+        stated = self._concerns_of(hearing.stated)
+        recited = self._concerns_of(hearing.recited)
         heard = content_words(user_line)
         near = any(len(r.content) >= 2 and len(r.content | old) and
                    len(r.content & old) / len(r.content | old) >= spec.repeat_overlap
                    for old in call.spoken[-spec.repeat_window:])
         v = TurnVerdict(
             lie=r.lie, pressure=bool(r.pressure), credentials=bool(r.credentials), payment=bool(r.payment),
-            recital=call.voiced is not None and len(recited - self._incidental(r, call)) >= spec.salad_concerns,
+            recital=call.voiced is not None and len(recited - self._incidental(hearing, call)) >= spec.salad_concerns,
             too_long=r.n_words > spec.max_words, empty=r.n_words == 0,
             repeat=near and not (kind == "concern" and k in stated),   # said before, but it answers what is asked now
             parrot=len(r.content) >= 2 and r.content <= heard, asked=r.asks, courtesy=r.courtesy, unsupported=bool(why))
@@ -196,17 +196,16 @@ class RuleUserSimulator:
         ignored = call.voiced is not None and kind != DECISION and not answered
         return replace(v, answered=answered, ignored=ignored), r
 
-    def _incidental(self, r: TurnReading, call: _Call) -> set[int]:
-        """The semantic ear hears meaning, so an answer in the caller's own words often touches a second fact: the
-        concern asked about is not counted towards reciting (the lexicon, which hears only the facts' words, counts it)."""
+    @staticmethod
+    def _incidental(hearing: Hearing, call: _Call) -> set[int]:
+        """An ear that hears meaning hears an answer in the caller's own words touch a second fact: the concern asked
+        about is not counted towards reciting (an ear of the facts' words alone counts it)."""
         kind, k = call.voiced or ("", -1)
-        return {k} if r.heard_facts is not None and kind == "concern" else set()
+        return {k} if hearing.hears_meaning and kind == "concern" else set()
 
-    def _concerns_stated(self, r: TurnReading, beyond: frozenset = frozenset()) -> set[int]:
-        """The concerns one of whose facts the turn states (TurnReading.states; the lexicon's terms not counting
-        `beyond`)."""
-        return {k for k, c in enumerate(self.spec.concerns)
-                if any(r.states(f, self.spec.answer_terms, beyond) for f in c.answered_by)}
+    def _concerns_of(self, facts: frozenset[int]) -> set[int]:
+        """The concerns one of whose facts is among `facts`."""
+        return {k for k, c in enumerate(self.spec.concerns) if facts & set(c.answered_by)}
 
     def _step(self, call: _Call, said: str, user_line: str, turn_index: int) -> None:
         spec, (c, e, t) = self.spec, (self._idx["cooperation"], self._idx["emotion"], self._idx["trust"])

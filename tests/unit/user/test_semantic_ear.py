@@ -13,6 +13,7 @@ from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import Agenda
 from sead_ray.user.rule.ear_probe import fit_probe
 from sead_ray.user.rule.ears import EARS, LexiconEar
+from sead_ray.user.rule.hearing import Heard
 from sead_ray.user.rule.semantic_ear import EarSettings, SemanticEar
 from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.conftest import ROOT
@@ -29,54 +30,54 @@ def ear(scenario):
 def test_it_hears_a_paraphrase_the_lexicon_misses_and_a_lie_in_fresh_words(scenario, ear):
     lexicon = LexiconEar(scenario.rule_user)
     paraphrase = "You can look up the support line in your merchant app and call it to make sure I'm genuine."
-    assert 6 in ear.hear(paraphrase)[0].heard_facts
-    assert len(lexicon.hear(paraphrase)[0].supported.get(6, ())) < scenario.rule_user.answer_terms
-    lie, verdicts = ear.hear("After the trial it quietly becomes a paid monthly plan.")
-    assert lie.lie and any(v.verdict.startswith("lie about fact") for v in verdicts)
-    assert not lexicon.hear("After the trial it quietly becomes a paid monthly plan.")[0].lie
+    assert 6 in ear.hear(paraphrase).stated
+    assert len(lexicon.hear(paraphrase).reading.supported.get(6, ())) < scenario.rule_user.answer_terms
+    lie = ear.hear("After the trial it quietly becomes a paid monthly plan.")
+    assert lie.reading.lie and any(v.heard is Heard.LIE and v.verdict.startswith("lie about fact") for v in lie.reasons)
+    assert not lexicon.hear("After the trial it quietly becomes a paid monthly plan.").reading.lie
 
 
 def test_the_lexicon_decides_negation_and_numbers(ear):
     """The embedding does not see a "not" or a number: a request denied is no request, a fact's own number is no
     lie, a number no fact has is one."""
-    denied = ear.hear("We will never ask you for a card number or a password.")[0]
+    denied = ear.hear("We will never ask you for a card number or a password.").reading
     assert not denied.credentials and not denied.payment
-    assert ear.hear("Please read me the code we just texted to you.")[0].credentials
-    assert not ear.hear("You won't need to link a bank card.")[0].lie    # five words from its negation
-    assert not ear.hear("The credit is worth 700 yuan.")[0].lie
-    assert ear.hear("The credit is worth 900 yuan.")[0].lie
+    assert ear.hear("Please read me the code we just texted to you.").reading.credentials
+    assert not ear.hear("You won't need to link a bank card.").reading.lie    # five words from its negation
+    assert not ear.hear("The credit is worth 700 yuan.").reading.lie
+    assert ear.hear("The credit is worth 900 yuan.").reading.lie
 
 
 def test_an_answer_to_the_question_asked_is_heard_more_readily(ear):
     terse = "Thirty days, only on clicks."
-    assert 1 not in ear.hear(terse)[0].heard_facts
-    assert 1 in ear.hear(terse, frozenset({1}))[0].heard_facts
+    assert 1 not in ear.hear(terse).stated
+    assert 1 in ear.hear(terse, frozenset({1})).stated
     # a lie is no answer, asked or not
-    assert 1 not in ear.hear("It never runs out, use it whenever.", frozenset({1}))[0].heard_facts
+    assert 1 not in ear.hear("It never runs out, use it whenever.", frozenset({1})).stated
     # a few words with the asked fact's own term, nearer a lie for the model ("Call my personal mobile number to
     # check."): the lexicon reads the fact's term with its polarity, an answer; the term denied is none
-    assert 6 in ear.hear("Check via customer service.", frozenset({6}))[0].heard_facts
-    assert 6 not in ear.hear("Check via customer service.")[0].heard_facts
-    assert 6 not in ear.hear("Don't bother with customer service.", frozenset({6}))[0].heard_facts
+    assert 6 in ear.hear("Check via customer service.", frozenset({6})).stated
+    assert 6 not in ear.hear("Check via customer service.").stated
+    assert 6 not in ear.hear("Don't bother with customer service.", frozenset({6})).stated
     # ... also where the few words sit nearer small talk ("first week." ~ "How has your week been so far?")
-    assert 5 in ear.hear("More views, first week.", frozenset({5}))[0].heard_facts
-    assert ear.hear("How has your week been so far?", frozenset({5}))[0].heard_facts == frozenset()
+    assert 5 in ear.hear("More views, first week.", frozenset({5})).stated
+    assert ear.hear("How has your week been so far?", frozenset({5})).stated == frozenset()
 
 
 def test_pressure_and_credential_words_count_where_the_model_hears_a_fact_unless_they_are_the_facts_own(ear):
     """The model hears "Three restaurants on your street ..." as the placement fact (0.57); its pressure words are not
     that fact's, so they count; "pay per click" in an honest answer is no payment request."""
     social_proof = "Three restaurants on your street have already signed up this week."
-    assert ear.hear(social_proof)[0].pressure
-    assert ear.hear("I'll need your merchant app password to activate it from my side.")[0].credentials
-    assert not ear.hear("Your ad shows in search and on the list of places close to them.")[0].red_flag
-    assert not ear.hear("One month, pay-per-click.", frozenset({1}))[0].red_flag
+    assert ear.hear(social_proof).reading.pressure
+    assert ear.hear("I'll need your merchant app password to activate it from my side.").reading.credentials
+    assert not ear.hear("Your ad shows in search and on the list of places close to them.").reading.red_flag
+    assert not ear.hear("One month, pay-per-click.", frozenset({1})).reading.red_flag
 
 
 def test_a_payment_request_names_money(ear):
     """"I can activate it now." is near "Send the payment now and we will activate it." and asks for nothing."""
-    assert not ear.hear("I can activate it now.")[0].payment
-    assert ear.hear("Send me the 50 yuan now and I will activate it.")[0].payment
+    assert not ear.hear("I can activate it now.").reading.payment
+    assert ear.hear("Send me the 50 yuan now and I will activate it.").reading.payment
 
 
 def test_the_user_keeps_why_in_the_call_record(scenario):
@@ -100,8 +101,8 @@ def test_a_scenario_whose_own_lines_it_mishears_is_refused_with_the_line_named(s
 def test_it_beats_the_lexicon_on_the_held_out_ear_lines(scenario):
     lines = load_ear_lines(scenario.source, len(scenario.facts)).labelled()
     assert len(lines) >= 150
-    tables = {name: accuracy_table(EARS.get(name)(scenario.rule_user, scenario.facts), lines,
-                                   scenario.rule_user.answer_terms, expected=True) for name in ("lexicon", "semantic")}
+    tables = {name: accuracy_table(EARS.get(name)(scenario.rule_user, scenario.facts), lines, expected=True)
+              for name in ("lexicon", "semantic")}
     lexicon, semantic = tables["lexicon"], tables["semantic"]
     assert semantic["fact"]["correct"] >= lexicon["fact"]["correct"] + 0.4
     assert semantic["lie"]["correct"] > lexicon["lie"]["correct"]
@@ -152,19 +153,19 @@ def test_the_kind_probe_hears_pressure_no_prototype_is_near_and_says_so(scenario
     probe trained on the shipped generic sentences; the record names the probe and its probability."""
     line = "Frankly, anyone with sense would have said yes by now."
     without_probe = SemanticEar(scenario.rule_user, scenario.facts, settings=EarSettings(probe=2.0))
-    assert not without_probe.hear(line)[0].pressure
-    reading, verdicts = ear.hear(line)
-    assert reading.pressure
+    assert not without_probe.hear(line).reading.pressure
+    hearing = ear.hear(line)
+    assert hearing.reading.pressure
     assert any(v.prototype == "(kind probe)" and v.verdict == "pressure" and v.similarity >= EarSettings().probe
-               for v in verdicts)
+               for v in hearing.reasons)
 
 
 def test_a_negation_denies_what_the_probe_hears(ear):
     """Calm is not pressure ("no rush"), a request denied is no request; pressure said with a negation still is."""
     for calm in ("There's no rush at all, take all the time you need to think it over.",
                  "There is no deadline, you can decide whenever suits you."):
-        assert not ear.hear(calm)[0].red_flag, calm
-    assert ear.hear("Don't overthink it, everyone on your street has already said yes.")[0].pressure
+        assert not ear.hear(calm).reading.red_flag, calm
+    assert ear.hear("Don't overthink it, everyone on your street has already said yes.").reading.pressure
 
 
 def test_a_negation_anywhere_in_the_sentence_denies_what_a_clause_is_nearest_to(ear):
@@ -173,18 +174,18 @@ def test_a_negation_anywhere_in_the_sentence_denies_what_a_clause_is_nearest_to(
     for clean in ("If anyone texts you a code, don't share it, not even with me.",
                   "There's no deadline; take all the time you need to decide.",
                   "Please don't feel any pressure - it's completely your decision."):
-        assert not ear.hear(clean)[0].red_flag, clean
-    assert ear.hear("If anyone texts you a code, read it out to me.")[0].credentials
+        assert not ear.hear(clean).reading.red_flag, clean
+    assert ear.hear("If anyone texts you a code, read it out to me.").reading.credentials
 
 
 def test_a_statement_that_opens_like_a_question_states_what_it_says(ear):
     """Only the shape of a question asks: "When the trial ends, ..." and "Don't just take my word for it; ..." are
     statements (they were read as questions, which state nothing), "May I activate it now." still asks."""
-    assert 4 in ear.hear("When the trial ends, it just ends; you won't see any bill from us.", frozenset({4}))[0].heard_facts
+    assert 4 in ear.hear("When the trial ends, it just ends; you won't see any bill from us.", frozenset({4})).stated
     hotline = "Don't just take my word for it; the hotline inside your business app can confirm my name and team."
-    assert 6 in ear.hear(hotline, frozenset({6}))[0].heard_facts
-    assert ear.hear("When the trial ends, it quietly becomes a paid monthly plan.")[0].lie   # a lie is heard too
-    assert ear.hear("May I activate the credit for you now.")[0].asks
+    assert 6 in ear.hear(hotline, frozenset({6})).stated
+    assert ear.hear("When the trial ends, it quietly becomes a paid monthly plan.").reading.lie   # a lie is heard too
+    assert ear.hear("May I activate the credit for you now.").reading.asks
 
 
 def test_only_a_negation_before_the_pressure_words_denies_them():
@@ -192,8 +193,8 @@ def test_only_a_negation_before_the_pressure_words_denies_them():
     from tests.unit.user.test_rule_user import CHARITY
     charity = load_scenario(CHARITY)
     ear = SemanticEar(charity.rule_user, charity.facts)
-    assert ear.hear("Think of the children who'll go without books if you say no.")[0].pressure
-    assert not ear.hear("You don't have to decide now, take your time.")[0].pressure
+    assert ear.hear("Think of the children who'll go without books if you say no.").reading.pressure
+    assert not ear.hear("You don't have to decide now, take your time.").reading.pressure
 
 
 def test_the_probe_is_fitted_the_same_in_every_process_and_once(scenario, ear):
