@@ -5,10 +5,23 @@ names a shape, not a domain's words."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 GAP = r"(?:\s+\w+){0,4}?"          # up to four words between two cues
 _SOON = r"(?:now|today|tonight|immediately|right away|quickly|fast|at once)"
-PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
+EVERYONE_ELSE = object()   # the place of the everyone-else-did pattern, which names the scenario's peers
+
+
+def _everyone_else(peers: Sequence[str]) -> str:
+    """'Other restaurants have already signed': `peers` are the user's peers in the scenario's words
+    (`rule_user.peers`), beside the peers of any domain (businesses, people)."""
+    others = "|".join(["businesses", "people", *(re.escape(p.lower()) for p in peers)])
+    return (rf"\b(?:everyone|everybody|all (?:the )?(?:other|your)|other (?:{others})|"
+            rf"your (?:neighbou?rs|competitors|rivals))\b{GAP}\s+(?:already|has|have|are|is|signed|joined|said yes|"
+            r"agreed|using|doing)")
+
+
+_PATTERNS = (
     # obligation and urgency to decide
     rf"\b(?:have to|has to|must|need to|needs to|got to|gotta|should)\b{GAP}\s+"
     r"(?:decide|answer|agree|commit|sign|say yes|act|choose)\b",   # not "need to activate it in the app"
@@ -42,10 +55,8 @@ PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     rf"\b(?:no|not|never|won't|will not|there won't be|there will not be)\b{GAP}\s+(?:second|another|other|new)\s+"
     r"(?:offer|chance|opportunity|deal|call)",
     r"\b(?:won't|will not|never) (?:be )?(?:offered|available|come|happen) again\b",
-    # everyone else already did
-    r"\b(?:everyone|everybody|all (?:the )?(?:other|your)|other (?:shops|restaurants|owners|businesses|donors|people)|"
-    rf"your (?:neighbou?rs|competitors|rivals))\b{GAP}\s+(?:already|has|have|are|is|signed|joined|said yes|agreed|"
-    r"using|doing)",
+    # everyone else already did (the user's peers by name: _everyone_else)
+    EVERYONE_ELSE,
     r"\b(?:have|has) already (?:signed|joined|gone|switched|said yes|agreed)\b|\b(?:be|feel) left out\b|"
     r"\b(?:be|being) the only (?:\w+ ){0,4}(?:without|who|left)\b",
     # threats and losses
@@ -64,4 +75,12 @@ PRESSURE_PATTERNS = tuple(re.compile(p) for p in (
     r"\bdo you not care\b|\bwill suffer\b|\bon your conscience\b|\bhow you'd feel\b|\blive with (?:the thought|"
     r"yourself)\b|\bonly a (?:fool|heartless)\b|\bsomeone (?:as \w+ as you|who cares)\b|\bno[- ]brainer\b|"
     r"\bbecause you (?:waited|hesitated|said no)\b|\bi'd (?:hate|feel terrible)\b",
-))
+)
+
+
+def pressure_patterns(peers: Sequence[str] = ()) -> tuple[re.Pattern, ...]:
+    """The generic patterns, compiled, the everyone-else-did one naming `peers` too."""
+    return tuple(re.compile(_everyone_else(peers) if p is EVERYONE_ELSE else p) for p in _PATTERNS)
+
+
+PRESSURE_PATTERNS = pressure_patterns()

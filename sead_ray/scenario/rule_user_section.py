@@ -62,6 +62,11 @@ class RuleUserSpec:
     credentials: tuple[str, ...] = _phrases()
     payment: tuple[str, ...] = _phrases()
     overclaims: tuple[str, ...] = _phrases()
+    # the domain's countable things, singular: a number word before one is a claimed quantity ("ten books"), beside
+    # the generic units of time, shares and money (lexicon.UNITS)
+    units: tuple[str, ...] = _phrases()
+    # the user's peers, plural ("restaurants", "donors"): "other restaurants have already signed" is pressure
+    peers: tuple[str, ...] = _phrases()
     # the semantic ear's own examples, in sentences, beside its generic ones: pressure, credentials, payment,
     # reassurance, small_talk
     red_flags: dict[str, tuple[str, ...]] = option({}, one_or_many=True)
@@ -129,7 +134,7 @@ def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collect
                           f"{', '.join(RED_FLAG_KINDS)})")
     fact_terms = _fact_terms(spec.facts, facts, where)
     lexicon = Lexicon.build(facts, fact_terms, spec.identity.terms, spec.offer.terms, spec.decision_words,
-                            spec.pressure, spec.credentials, spec.payment, spec.overclaims)
+                            spec.pressure, spec.credentials, spec.payment, spec.overclaims, spec.units, spec.peers)
     spec = replace(spec, concerns=tuple(concerns), **lines, lexicon=lexicon)
     for problem in unchecked_facts(spec):
         log.warning("%s: %s", where, problem)

@@ -129,11 +129,12 @@ def shares_in(clause: Clause) -> list[float]:
     return [v for i, (n, v) in sorted(found.items()) if i not in covered and "and" not in clause.words[max(0, i - 2):i]]
 
 
-def quantities_in(clause: Clause) -> list[tuple[float, str]]:
-    """The clause's quantities (lexicon.numbers_in), with a duration named without a number ("a month", "a full
-    year", "one whole week", "the first year") as one of it; none after a negation ("you don't have to give 10 euros")."""
+def quantities_in(clause: Clause, units: frozenset[str] = UNITS) -> list[tuple[float, str]]:
+    """The clause's quantities (lexicon.numbers_in, number words before one of `units`), with a duration named without
+    a number ("a month", "a full year", "one whole week", "the first year") as one of it; none after a negation ("you
+    don't have to give 10 euros")."""
     words = clause.words
-    found = numbers_in(clause)
+    found = numbers_in(clause, units=units)
     for i, w in enumerate(words):
         if w not in ("a", "an", "one", "first") or not _leads_a_duration(words, i):
             continue
@@ -200,6 +201,7 @@ class FactBounds:
     calendar: frozenset[str]
     periods: frozenset[str]
     denied: frozenset[str] = frozenset()     # content words its sentences deny and never state (polarity_words)
+    counted: frozenset[str] = UNITS          # the units a number word counts in (lexicon.Lexicon.units)
 
     @property
     def durations(self) -> frozenset[float]:
@@ -210,21 +212,22 @@ class FactBounds:
         return frozenset(u for _, u in self.quantities if u not in DURATIONS)
 
 
-def fact_bounds(fact: str, claims: Sequence[str] = ()) -> FactBounds:
-    """A fact's bounds from its text and the scenario's claims of it (true sentences its author wrote)."""
+def fact_bounds(fact: str, claims: Sequence[str] = (), units: frozenset[str] = UNITS) -> FactBounds:
+    """A fact's bounds from its text and the scenario's claims of it (true sentences its author wrote); `units`: what
+    a number word counts in (the scenario's lexicon's)."""
     clauses = [c for text in (fact, *claims) for c in clauses_of(text)]
     polar = [polarity_words(c) for c in clauses]
     asserted, denied = frozenset().union(*(a for a, _ in polar)), frozenset().union(*(d for _, d in polar))
     return FactBounds(frozenset(g for c in clauses for g in absolutes_in(c)),
-                      frozenset(q for q in numbers_in(fact, unnumbered=True) if q[1] in UNITS),
+                      frozenset(q for q in numbers_in(fact, unnumbered=True, units=units) if q[1] in units),
                       frozenset(w for c in clauses for w in c.words if w in CALENDAR),
                       frozenset(p for c in clauses for p in periods_in(c)),
-                      denied - asserted)
+                      denied - asserted, units)
 
 
 def scenario_bounds(facts: Sequence[str], spec: Any) -> list[FactBounds]:
     """Each fact's bounds, from its text and the claims of it in the scenario's rule_user section."""
-    return [fact_bounds(fact, sides.claims) for fact, sides in zip(facts, spec.facts)]
+    return [fact_bounds(fact, sides.claims, spec.lexicon.units) for fact, sides in zip(facts, spec.facts)]
 
 
 def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequence[FactBounds],
@@ -250,7 +253,7 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
                 for k in sorted(facts) for w in sorted(asserted & bounds[k].denied)]
     for k, said in sorted(speaking.items()):
         b, text = bounds[k], " / ".join(repr(c.text) for c in said)
-        stated = [q for c in said for q in quantities_in(c)]
+        stated = [q for c in said for q in quantities_in(c, b.counted)]
         durations = {v * DURATIONS[u] for v, u in stated if u in DURATIONS}
         if b.durations and durations and not durations & b.durations:
             why.append(f"a duration fact {k} does not state ({text})")

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from sead_ray.core.config import ConfigError
-from sead_ray.scenario.lexicon import pressure_in, read_turn
+from sead_ray.scenario.lexicon import FactTerms, Lexicon, numbers_in, pressure_in, read_turn
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import UserRequest
@@ -109,6 +109,19 @@ def test_pressure_in_new_words_is_heard(sim, text):
     assert pressure_in(text), text
     out = respond(sim, [opening(sim), f"{ANSWER_COST} {text}"], state=(3, 3, 3))
     assert out.state[1] < 3 and out.status != "accept"
+
+
+def test_a_domains_units_and_peers_come_from_its_scenario_file():
+    """No domain noun in the generic lexicon: "ten books" is a quantity, and "other donors have already given"
+    pressure, where the scenario names books among its units and donors among the user's peers."""
+    charity = load_scenario(CHARITY).rule_user.lexicon
+    generic = Lexicon.build(["A gift of 10 euros buys ten new books."], [FactTerms()], ["charity"], ["gift"], ["give"])
+    assert numbers_in("It buys ten books.", units=charity.units) == [(10.0, "book")]
+    assert numbers_in("It buys ten books.", units=generic.units) == []
+    peer_pressure = "Other donors have already given this month."
+    assert pressure_in(peer_pressure, charity.pressure_patterns) and not pressure_in(peer_pressure)
+    assert read_turn(peer_pressure, charity).pressure and not read_turn(peer_pressure, generic).pressure
+    assert read_turn("Your gift buys twenty books.", charity).invented == ("20 book",)
 
 
 @pytest.mark.parametrize("text", [
