@@ -10,11 +10,15 @@ so that CPU machines (and CI) run the very handshake the GPU `nccl` backend runs
 
 The group is a `ProcessGroupGloo` on its own TCPStore: no default torch.distributed group is
 touched on either side (the trainer's ZeRO group and vLLM's own group stay as they are).
+Packed (as `nccl` always is here): the trainer packs the tensors into buckets of `weight_sync.bucket_mb` with vLLM's
+own `pack_tensors` and each worker cuts its buckets by the same rule and unpacks them with vLLM's `unpack_tensor`, so
+that the bucketing the GPU path ships runs on every CPU commit (the CUDA-stream double buffering around it does not).
 vLLM loads `register` in every engine process through the `vllm.general_plugins` entry point
 (pyproject.toml); the trainer side registers by importing this module.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import ClassVar
@@ -26,6 +30,7 @@ from vllm.distributed.weight_transfer.nccl_engine import (
     NCCLTrainerWeightTransferEngine,
     NCCLWeightTransferUpdateInfo,
 )
+from vllm.distributed.weight_transfer.packed_tensor import DEFAULT_PACKED_BUFFER_SIZE_BYTES, pack_tensors, unpack_tensor
 
 from actors.weights.extension import refresh_tied_lm_head
 
@@ -54,7 +59,8 @@ class GlooWeightTransferInitInfo(WeightTransferInitInfo):
     master_port: int
     rank_offset: int              # group rank of this engine's worker 0
     world_size: int               # 1 (the trainer) + every worker of every engine
-    packed: bool = False          # accepted for the NCCL-shaped payload; gloo sends tensor by tensor
+    packed: bool = False          # buckets of packed_buffer_size_bytes (else tensor by tensor)
+    packed_buffer_size_bytes: int = DEFAULT_PACKED_BUFFER_SIZE_BYTES
     timeout_s: float = 600.0      # weight_sync.timeout_s
 
 
@@ -66,11 +72,13 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
     def __init__(self, config, vllm_config, device, model) -> None:
         super().__init__(config, vllm_config, device, model)
         self.group = None
+        self.bucket_bytes = 0   # packed: the buckets' size (0: tensor by tensor)
 
     def init_transfer_engine(self, init_info: GlooWeightTransferInitInfo) -> None:
         rank = init_info.rank_offset + self.parallel_config.rank
         self.group = _group(init_info.master_address, init_info.master_port, rank, init_info.world_size,
                             init_info.timeout_s)
+        self.bucket_bytes = init_info.packed_buffer_size_bytes if init_info.packed else 0
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
@@ -79,10 +87,20 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
     def receive_weights(self, update_info: NCCLWeightTransferUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("gloo weight transfer: init_weight_transfer_engine was not called")
-        for name, dtype_name, shape in zip(update_info.names, update_info.dtype_names, update_info.shapes):
-            weight = torch.empty(shape, dtype=getattr(torch, dtype_name))
-            _broadcast(self.group, weight)
-            self.model.load_weights([(name, weight.to(self.device))])
+        tensors = [(name, shape, getattr(torch, dtype_name))
+                   for name, dtype_name, shape in zip(update_info.names, update_info.dtype_names, update_info.shapes)]
+        if not self.bucket_bytes:
+            for name, shape, dtype in tensors:
+                weight = torch.empty(shape, dtype=dtype)
+                _broadcast(self.group, weight)
+                self.model.load_weights([(name, weight.to(self.device))])
+            return
+        for bucket in buckets(tensors, self.bucket_bytes):
+            names, shapes, dtypes, sizes = (list(column) for column in zip(*bucket))
+            packed = torch.empty(sum(sizes), dtype=torch.uint8)
+            _broadcast(self.group, packed)
+            self.model.load_weights([(name, weight.to(self.device))
+                                     for name, weight in unpack_tensor(packed, names, shapes, dtypes, sizes)])
 
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
@@ -93,10 +111,23 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
         self.group = None
 
 
+def buckets(tensors: list, bucket_bytes: int) -> list[list[tuple]]:
+    """(name, shape, dtype) -> the packed buckets' (name, shape, dtype, bytes), cut where vLLM's `pack_tensors` cuts:
+    a bucket closes after the tensor that takes it past `bucket_bytes`."""
+    out, bucket, size = [], [], 0
+    for name, shape, dtype in tensors:
+        nbytes = math.prod(shape) * dtype.itemsize
+        bucket.append((name, shape, dtype, nbytes))
+        size += nbytes
+        if size > bucket_bytes:
+            out.append(bucket)
+            bucket, size = [], 0
+    return out + ([bucket] if bucket else [])
+
+
 @dataclass
 class GlooTrainerInitInfo(NCCLTrainerInitInfo):
     backend: ClassVar[str] = BACKEND
-    packed: bool = False
     timeout_s: float = 600.0
 
 
@@ -111,11 +142,13 @@ class GlooTrainerWeightTransferEngine(NCCLTrainerWeightTransferEngine):
         from dataclasses import asdict
         if source is None:
             raise ValueError("gloo trainer weight transfer needs a WeightSource")
-        engine = cls(client=client, source=source, is_sender=init_info.is_sender, packed=False)
+        engine = cls(client=client, source=source, is_sender=init_info.is_sender, packed=init_info.packed,
+                     packed_buffer_size_bytes=init_info.packed_buffer_size_bytes)
         if not engine.is_sender:
             return engine
         worker_info = GlooWeightTransferInitInfo(init_info.master_address, init_info.master_port, 1,
-                                                 init_info.world_size, timeout_s=init_info.timeout_s)
+                                                 init_info.world_size, init_info.packed,
+                                                 init_info.packed_buffer_size_bytes, init_info.timeout_s)
         # The workers block in init until every rank joined: join as rank 0 while they do.
         with ThreadPoolExecutor(max_workers=1) as pool:
             joined = pool.submit(engine.client.init_weight_transfer_engine, asdict(worker_info))
@@ -129,8 +162,13 @@ class GlooTrainerWeightTransferEngine(NCCLTrainerWeightTransferEngine):
             for _ in source:
                 pass
             return
-        for _name, tensor in self._checked_iter(source, meta):
-            _broadcast(self.model_update_group, tensor.detach().to("cpu").contiguous())
+        pairs = self._checked_iter(source, meta)
+        if not self.packed:
+            for _name, tensor in pairs:
+                _broadcast(self.model_update_group, tensor.detach().to("cpu").contiguous())
+            return
+        while (chunk := pack_tensors(pairs, lambda item: item[1].detach().to("cpu"), self.packed_buffer_size_bytes)):
+            _broadcast(self.model_update_group, chunk.packed_tensor)
 
     def shutdown(self) -> None:
         self.model_update_group = None

@@ -147,7 +147,8 @@ def _rendezvous() -> dict:
 
 def gloo_init_info(rank: int, world_size: int, bucket_mb: int, timeout_s: float):
     from actors.weights.gloo import GlooTrainerInitInfo
-    return GlooTrainerInitInfo(**_rendezvous(), world_size=world_size, rank=rank, timeout_s=timeout_s)
+    return GlooTrainerInitInfo(**_rendezvous(), world_size=world_size, rank=rank, timeout_s=timeout_s, packed=True,
+                               packed_buffer_size_bytes=bucket_mb << 20)
 
 
 def nccl_init_info(rank: int, world_size: int, bucket_mb: int, timeout_s: float):

@@ -242,7 +242,7 @@ class WeightSyncConfig:
     # shm/object_store: files or object-store buckets reloaded by each engine; gloo/nccl: vLLM's
     # weight-transfer API (gloo on CPU, nccl between GPUs).
     transport: str = option("shm")
-    bucket_mb: int = option(64, 1, 1 << 16, "object-store bucket / packed NCCL buffer size")
+    bucket_mb: int = option(64, 1, 1 << 16, "object-store bucket / packed gloo and NCCL buffer size")
     timeout_s: float = option(600.0, 5.0, 86400.0, "a weight sync taking longer fails (the driver's wait; with gloo "
                               "also the transfer's collectives, so engines left waiting by a dead peer give up)")
     verify: Literal["every", "first", "off"] = option("every", doc="compare a digest of the weights each engine received "
