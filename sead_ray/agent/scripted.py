@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import Optional
 
 from sead_ray.scenario.ear_lines import EarLines, ear_lines_path, load_ear_lines
-from sead_ray.scenario.lexicon import NUMBER_WORDS, content_words, tokens
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import AgentTurnOutput
+from sead_ray.scenario.words import NUMBER_WORDS, content_words, phrase, tokens
 from sead_ray.user.rule.simulator import pick
 
 HONEST = "honest"
@@ -102,9 +102,9 @@ class Listener:
 
 def _negated(scenario: Scenario, fact: int) -> str:
     """The fact turned around: what it affirms denied, what it denies affirmed."""
-    terms = scenario.rule_user.lexicon.facts[fact]   # stemmed, as the user hears them
-    parts = ([f"It is not {' '.join(t)}." for t in terms.affirms[:2]]
-             + [f"There is a {' '.join(t)}." for t in terms.denies[:2]])
+    sides = scenario.rule_user.facts[fact]   # stemmed, as the user hears them
+    parts = ([f"It is not {' '.join(phrase(t))}." for t in sides.affirms[:2]]
+             + [f"There is a {' '.join(phrase(t))}." for t in sides.denies[:2]])
     return " ".join(parts) or f"That is not true: {scenario.facts[fact]}"
 
 

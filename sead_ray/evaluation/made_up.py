@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from sead_ray.evaluation.metrics import policy_turns
-from sead_ray.scenario.lexicon import sentences_of
+from sead_ray.scenario.words import sentences_of
 
 
 def _normal(text: str) -> str:

@@ -23,12 +23,12 @@ from sead_ray.agent.scripted import ALL_CLASSES, FLOOR, HONEST, STRICT, ScriptAg
 from sead_ray.evaluation.significance import wilson_interval
 from sead_ray.play.dialogue import CallSettings, Trajectory, apply_simulator_rules, run_dialogue
 from sead_ray.scenario.ear_lines import ear_lines_path
-from sead_ray.scenario.lexicon import content_words
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.rule_user_section import unchecked_facts
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State, StateSchema
 from sead_ray.scenario.turn_protocol import UserRequest, UserTurnOutput, turn_seed
+from sead_ray.scenario.words import content_words
 
 GRADES = ("fact", "small_talk", "off_topic", "early_close", "red_flag")
 # Generic texts: no domain word, no decision word (the test checks them on a second scenario).

@@ -28,6 +28,9 @@ def load(config_path: Optional[str], overrides: Sequence[str]):
         raise ConfigError(f"{scenario.source}: user.backend is 'rule', and the rule simulator is written from the "
                           "scenario's 'rule_user' section, which this file lacks (see configs/scenarios/"
                           "restaurant_promotion.yaml), or set user.backend=vllm")
+    if scenario.rule_user is not None:   # its honest opening and ask must read as such to the rule user
+        from sead_ray.user.rule.lexicon import check_hearing
+        check_hearing(scenario.rule_user, scenario.facts, str(scenario.source))
     return cfg, scenario
 
 

@@ -4,17 +4,18 @@ domain. Kept apart from scenario.py so that the scenario loader stays about the 
 Everything here is data: the concerns a user raises (in several wordings, and which behaviours raise
 them), per fact the terms it affirms and denies (so that an answer can be told from a lie), who the caller
 is and what the offer is (the user asks until told), the words that ask for the decision, the scenario's
-own pressure/credential/payment patterns on top of the generic ones (lexicon.py), and the user's lines.
+own pressure/credential/payment patterns on top of the generic ones, and the user's lines. How the rule user hears
+a turn with these words is its own (sead_ray.user.rule.lexicon); here, only what the file says is checked.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any
 
 from sead_ray.core.typed_load import ConfigError, option
-from sead_ray.scenario.lexicon import FactTerms, Lexicon, phrase, read_turn
+from sead_ray.scenario.words import phrase
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class Question:
 
 @dataclass(frozen=True)
 class FactSides:
-    """The terms one scenario fact affirms and denies, as the file writes them (read by lexicon.FactTerms)."""
+    """The terms one scenario fact affirms and denies, as the file writes them (the rule user's lexicon stems them)."""
     affirms: tuple[str, ...] = option((), one_or_many=True)
     denies: tuple[str, ...] = option((), one_or_many=True)
     claims: tuple[str, ...] = option((), one_or_many=True)   # the fact in other words (the semantic ear hears them)
@@ -58,7 +59,7 @@ class RuleUserSpec:
     opening: str = option(nonempty=True)          # an honest first turn (simcheck's greeting and reference agent)
     ask: str = option(nonempty=True)              # asking for the decision, honestly
     decision_words: tuple[str, ...] = option(nonempty=True, one_or_many=True)
-    pressure: tuple[str, ...] = _phrases()        # the scenario's own patterns, beside lexicon.py's generic ones
+    pressure: tuple[str, ...] = _phrases()        # the scenario's own patterns, beside the rule user's generic ones
     credentials: tuple[str, ...] = _phrases()
     payment: tuple[str, ...] = _phrases()
     overclaims: tuple[str, ...] = _phrases()
@@ -80,8 +81,6 @@ class RuleUserSpec:
     repeat_window: int = option(3, 1)      # a turn this close to one of the agent's last few turns is a near-repeat
     repeat_overlap: float = option(0.6, 0.05, 1.0)
     ignored_rounds: int = option(3, 1)     # the paper: a question unanswered this many rounds ends the call
-    # the words the rule user listens for, compiled once at load from this section and the scenario's facts
-    lexicon: Optional[Lexicon] = option(None, internal=True)
 
 
 RED_FLAG_KINDS = ("pressure", "credentials", "payment", "reassurance", "small_talk")
@@ -99,8 +98,9 @@ DEFAULT_ENDINGS = {
 
 def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collection[str], behaviors: Collection[str],
                    where: str) -> RuleUserSpec:
-    """The checks of a scenario's `rule_user` section (loaded by typed_load) against the rest of the file,
-    then its lexicon; errors name the file and the field."""
+    """The checks of a scenario's `rule_user` section (loaded by typed_load) against the rest of the file; errors name
+    the file and the field. (How the rule user hears its opening and ask is checked where it hears them:
+    sead_ray.user.rule.lexicon.check_hearing.)"""
     key = "rule_user"
     concerns = []
     for i, concern in enumerate(spec.concerns):
@@ -132,18 +132,10 @@ def load_rule_user(spec: RuleUserSpec, facts: Sequence[str], categories: Collect
     if unknown:
         raise ConfigError(f"{where}: {key}.red_flags.{unknown[0]}: not a kind the semantic ear hears (known: "
                           f"{', '.join(RED_FLAG_KINDS)})")
-    fact_terms = _fact_terms(spec.facts, facts, where)
-    lexicon = Lexicon.build(facts, fact_terms, spec.identity.terms, spec.offer.terms, spec.decision_words,
-                            spec.pressure, spec.credentials, spec.payment, spec.overclaims, spec.units, spec.peers)
-    spec = replace(spec, concerns=tuple(concerns), **lines, lexicon=lexicon)
+    _check_fact_terms(spec.facts, facts, where)
+    spec = replace(spec, concerns=tuple(concerns), **lines)
     for problem in unchecked_facts(spec):
         log.warning("%s: %s", where, problem)
-    opening, ask = read_turn(spec.opening, lexicon), read_turn(spec.ask, lexicon)
-    if not (opening.identifies and opening.offers) or opening.asks:
-        raise ConfigError(f"{where}: {key}.opening must say who calls (an identity term with I/we/this is) "
-                          "and name the offer (two offer terms), without asking for the decision yet")
-    if not ask.asks or ask.red_flag or ask.lie:
-        raise ConfigError(f"{where}: {key}.ask must ask for the decision: a question with a decision word")
     return spec
 
 
@@ -160,15 +152,14 @@ def unchecked_facts(spec: RuleUserSpec) -> list[str]:
     return out
 
 
-def _fact_terms(sides: Sequence[FactSides], facts: Sequence[str], where: str) -> tuple[FactTerms, ...]:
-    """Each fact's terms as lexicon.py matches them (stemmed), each checked to occur in its fact's text."""
+def _check_fact_terms(sides: Sequence[FactSides], facts: Sequence[str], where: str) -> None:
+    """Each fact's terms occur in its fact's text (stemmed, as the rule user matches them), with one polarity."""
     if len(sides) != len(facts):
         raise ConfigError(f"{where}: rule_user.facts must give, for each of the {len(facts)} agent.facts in "
                           "order, the terms it affirms and denies ({affirms: [...], denies: [...]})")
-    out, polarity = [], {}
+    polarity = {}
     for i, (item, text) in enumerate(zip(sides, facts)):
         said = phrase(text)
-        stemmed = {}
         for side in ("affirms", "denies"):
             for term in getattr(item, side):
                 p = phrase(term)
@@ -177,6 +168,3 @@ def _fact_terms(sides: Sequence[FactSides], facts: Sequence[str], where: str) ->
                 if polarity.setdefault(p, side) != side:
                     raise ConfigError(f"{where}: rule_user.facts[{i}].{side}: {term!r} is affirmed by one fact and "
                                       "denied by another")
-            stemmed[side] = tuple(phrase(t) for t in getattr(item, side))
-        out.append(FactTerms(**stemmed))
-    return tuple(out)

@@ -4,7 +4,7 @@ decide instead, for the semantic ear's nearest prototypes, its kind probe and th
 (semantic_ear.py)."""
 from __future__ import annotations
 
-from sead_ray.scenario.lexicon import NEGATIONS, Clause, clauses_of_sentence, phrase, stem
+from sead_ray.scenario.words import NEGATIONS, Clause, clauses_of_sentence, phrase, stem
 
 # negated, no pressure: "no rush", "no need to decide today", "you don't have to answer now"
 CALM = frozenset("rush hurry deadline pressure obligation catch commitment need needs must".split())

@@ -1,7 +1,7 @@
 """How the `rule` user hears an agent turn (`user.rule.ear`, the registry EARS), behind one protocol:
 `hear(text, expecting) -> Hearing` (hearing.py: the facts the turn states, the rest of its reading, and why).
 
-- `lexicon`: the scenario's words only (sead_ray.scenario.lexicon): fast, transparent, and deaf to paraphrase;
+- `lexicon`: the scenario's words only (lexicon.py): fast, transparent, and deaf to paraphrase;
 - `semantic`: the lexicon plus a sentence-embedding model that hears meaning (sead_ray.user.rule.semantic_ear). Where
   its model package is missing it falls back to the lexicon and says so once.
 """
@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from sead_ray.core.registry import Registry
-from sead_ray.scenario.lexicon import read_turn
 from sead_ray.user.rule.hearing import Hearing, LexicalReason
+from sead_ray.user.rule.lexicon import lexicon_of, read_turn
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,8 @@ class LexiconEar:
     of the scenario's pitch (saying the offer again, "a free 700-yuan credit", recites no fact)."""
     name = "lexicon"
 
-    def __init__(self, spec: Any):
-        self.lexicon, self.answer_terms = spec.lexicon, spec.answer_terms
+    def __init__(self, spec: Any, facts: Sequence[str]):
+        self.lexicon, self.answer_terms = lexicon_of(spec, facts), spec.answer_terms
         self.pitch = frozenset().union(*read_turn(spec.opening, self.lexicon).supported.values())
         self.memo: dict[str, Hearing] = {}   # the rule user replays the call each turn
 
@@ -57,7 +57,7 @@ def _semantic(spec: Any, facts: Sequence[str]) -> Ear:
     missing = semantic_ear_missing()
     if missing:
         log.warning("user.rule.ear = semantic, but %s: the rule user hears with the lexicon only", missing)
-        return LexiconEar(spec)
+        return LexiconEar(spec, facts)
     from sead_ray.core.typed_load import ConfigError
     from sead_ray.user.rule.semantic_ear import SemanticEar
     ear = SemanticEar(spec, facts)
@@ -69,5 +69,5 @@ def _semantic(spec: Any, facts: Sequence[str]) -> Ear:
 
 
 EARS: Registry[Callable[[Any, Sequence[str]], Ear]] = Registry("user.rule.ear", "ear of the rule user")
-EARS.add("lexicon", lambda spec, facts: LexiconEar(spec))
+EARS.add("lexicon", LexiconEar)
 EARS.add("semantic", _semantic)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sead_ray.scenario.lexicon import (
+from sead_ray.scenario.words import (
     DURATIONS,
     NEGATIONS,
     NUMBER_WORDS,
@@ -40,6 +40,7 @@ from sead_ray.scenario.lexicon import (
     phrase,
     stem,
 )
+from sead_ray.user.rule.lexicon import lexicon_of
 
 # Absolutes and overclaims by group: a fact whose own sentences use one phrase of a group allows the group.
 ABSOLUTES: dict[str, tuple[str, ...]] = {
@@ -227,7 +228,8 @@ def fact_bounds(fact: str, claims: Sequence[str] = (), units: frozenset[str] = U
 
 def scenario_bounds(facts: Sequence[str], spec: Any) -> list[FactBounds]:
     """Each fact's bounds, from its text and the claims of it in the scenario's rule_user section."""
-    return [fact_bounds(fact, sides.claims, spec.lexicon.units) for fact, sides in zip(facts, spec.facts)]
+    units = lexicon_of(spec, facts).units
+    return [fact_bounds(fact, sides.claims, units) for fact, sides in zip(facts, spec.facts)]
 
 
 def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequence[FactBounds],

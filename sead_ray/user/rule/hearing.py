@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from sead_ray.scenario.lexicon import TurnReading
+from sead_ray.user.rule.lexicon import TurnReading
 
 
 class Reason(Protocol):

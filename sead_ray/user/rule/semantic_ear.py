@@ -1,5 +1,5 @@
 """The rule user's second ear (`user.rule.ear: semantic`): a small sentence-embedding model reads each clause of
-an agent turn by its meaning, beside the lexicon (sead_ray.scenario.lexicon), which still decides what an
+an agent turn by its meaning, beside the lexicon (lexicon.py), which still decides what an
 embedding cannot (negation, numbers) and can veto.
 
 Each clause is compared with prototypes, all written as sentences, and takes the label of the nearest one:
@@ -27,15 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Optional
 
-from sead_ray.scenario.lexicon import (
+from sead_ray.scenario.words import (
     NEGATIONS,
     Clause,
-    TurnReading,
     clauses_of,
     clauses_of_sentence,
     numbers_in,
     phrase,
-    read_turn,
     sentences_of,
     tokens,
 )
@@ -43,6 +41,7 @@ from sead_ray.user.rule.ear_negation import denial, moneyless, negated_before
 from sead_ray.user.rule.ear_probe import KINDS, fit_probe, generic_sentences
 from sead_ray.user.rule.ear_prototypes import ASKS, CREDENTIALS, PAYMENT, PRESSURE, REASSURANCE, SMALL_TALK
 from sead_ray.user.rule.hearing import RED_FLAGS, ClauseVerdict, Heard, Hearing
+from sead_ray.user.rule.lexicon import TurnReading, lexicon_of, read_turn
 from sead_ray.user.rule.sentence_embedder import SentenceEmbedder
 
 log = logging.getLogger(__name__)
@@ -133,6 +132,7 @@ class SemanticEar:
     def __init__(self, spec: Any, facts: Sequence[str], embedder: Optional[SentenceEmbedder] = None,
                  settings: EarSettings = EarSettings()):
         self.spec, self.settings = spec, settings
+        self.lexicon = lexicon_of(spec, facts)
         self.embedder = embedder or SentenceEmbedder.shared()
         self.prototypes = prototypes_of(spec, facts)
         # per fact, the words of its own sentences: pressure or credential words there are the fact's, not the caller's
@@ -195,7 +195,7 @@ class SemanticEar:
         return self.memo[key]
 
     def _hear(self, text: str, expecting: frozenset[int]) -> Hearing:
-        lexical = read_turn(text, self.spec.lexicon)
+        lexical = read_turn(text, self.lexicon)
         sentences = sentences_of(text)
         parts = [clauses_of_sentence(sentence) for sentence in sentences]
         clauses = [c for part in parts for c in part]
@@ -213,7 +213,7 @@ class SemanticEar:
         verdicts = []
         stated_in: list[set[int]] = []    # per clause, the facts heard in it (fact_check holds them to their facts)
         for clause, (sentence, kind), (proto, sim, best) in zip(clauses, owners, self.nearest(clauses)):
-            one = read_turn(clause.text, self.spec.lexicon)
+            one = read_turn(clause.text, self.lexicon)
             judged, veto = self._judge_clause(clause, sentence, one, proto, sim, best)
             if kind is not None and judged.heard not in (Heard.LIE, Heard.STATES, *RED_FLAGS) and \
                     _on_topic(best) < self.settings.probe_off_topic:   # the probe's flag, unless a negation denies it
@@ -257,7 +257,7 @@ class SemanticEar:
             if sentence.question or len(part) < 2:
                 continue
             if proto.label == "fact" and proto.fact not in lies:
-                judged, veto = self._judge_clause(sentence, sentence, read_turn(sentence.text, self.spec.lexicon),
+                judged, veto = self._judge_clause(sentence, sentence, read_turn(sentence.text, self.lexicon),
                                                   proto, sim, best)
                 if judged.heard is Heard.STATES:
                     heard.add(proto.fact)
@@ -335,7 +335,7 @@ class SemanticEar:
                 return said(Heard.NOTHING, "the lexicon reads the fact with its polarity")
             if negated or set(tokens(proto.text)) & NEGATIONS:
                 return said(Heard.NOTHING, "a negation the model cannot read (the lexicon heard no lie)")
-            units = self.spec.lexicon.units
+            units = self.lexicon.units
             if numbers_in(proto.text, units=units) and numbers_in(clause, units=units) and not one.invented:
                 return said(Heard.NOTHING, "numbers: the lexicon finds the clause's in the facts")
             if sim - best.get(("fact", k), -1.0) < s.fact_margin:

@@ -49,12 +49,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
-from sead_ray.scenario.lexicon import TurnReading, content_words
 from sead_ray.scenario.rule_user_section import RuleUserSpec
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import CONCERN, Agenda, UserRequest, UserTurnOutput
+from sead_ray.scenario.words import content_words
 from sead_ray.user.rule.fact_check import scenario_bounds, unsupported
 from sead_ray.user.rule.hearing import Hearing
+from sead_ray.user.rule.lexicon import TurnReading, check_hearing, lexicon_of
 
 IDENTITY, OFFER, DECISION = "identity", "offer", "decision"
 
@@ -121,7 +122,8 @@ class RuleUserSimulator:
         self._idx = {n: names.index(n) for n in ("cooperation", "emotion", "trust") if n in names}
         if len(self._idx) != 3:
             raise ValueError("the rule simulator needs state dimensions cooperation, emotion and trust")
-        self.lexicon = self.spec.lexicon
+        self.lexicon = lexicon_of(self.spec, scenario.facts)
+        check_hearing(self.spec, scenario.facts, str(scenario.source))
         from sead_ray.user.rule.ears import EARS  # (the semantic ear loads its model only when chosen)
         self.ear = EARS.get(ear)(self.spec, scenario.facts)
         self.bounds = scenario_bounds(scenario.facts, self.spec)

@@ -45,6 +45,12 @@ def _scenario_tree() -> dict:
     return yaml.safe_load(SCENARIO.read_text())
 
 
+def _scenario_with(tmp, **rule_user) -> str:
+    tree = _scenario_tree()
+    tree["rule_user"].update(rule_user)
+    return _write(tmp / "scen.yaml", yaml.safe_dump(tree))
+
+
 def _write(path, data) -> str:
     if isinstance(data, bytes):
         path.write_bytes(data)
@@ -210,6 +216,11 @@ CASES = {
         ["profiles", "sample", "--config", EMBEDDED_CONFIG, "--set", f"scenario={_huge_scenario(t)}", "--n", 1,
          "--out", t / "p.jsonl"],
         ["huge.yaml", "state_schema", "1,000,000,000,000"]),
+    # a rule_user opening the rule user does not hear as one (checked at config load, whatever user.backend)
+    "scenario opening heard as nothing": lambda t: (
+        ["profiles", "sample", "--config", EMBEDDED_CONFIG, "--set", f"scenario={_scenario_with(t, opening='Hello.')}",
+         "--set", "user.backend=vllm", "--n", 1, "--out", t / "p.jsonl"],
+        ["scen.yaml", "rule_user.opening must say who calls"]),
     # profiles files eval replays
     "profiles with unknown behavior": lambda t: (
         ["eval", "--config", EMBEDDED_CONFIG, *AGENT, *RULE, "--out", t / "ev",

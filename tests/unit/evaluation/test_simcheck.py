@@ -10,10 +10,10 @@ from sead_ray.core.config_schema import CurriculumConfig
 from sead_ray.curriculum.controller import ProfileController
 from sead_ray.evaluation.simcheck import GRADES, best_fact, greeting, run_simcheck, scripted_turn, write_outputs
 from sead_ray.play.dialogue import CallSettings
-from sead_ray.scenario.lexicon import content_words
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import UserRequest, UserTurnOutput
+from sead_ray.scenario.words import content_words
 from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.conftest import EMBEDDED_CONFIG, ROOT
 

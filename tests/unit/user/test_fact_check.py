@@ -3,8 +3,8 @@ absolutes, quantities, how often, dates), and a turn that says more than its fac
 again, as after an evasion."""
 import pytest
 
-from sead_ray.scenario.lexicon import clauses_of
 from sead_ray.scenario.scenario import load_scenario
+from sead_ray.scenario.words import clauses_of
 from sead_ray.user.rule.fact_check import (
     absolutes_in,
     fact_bounds,

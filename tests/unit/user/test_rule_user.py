@@ -5,10 +5,11 @@ import pytest
 import yaml
 
 from sead_ray.core.config import ConfigError
-from sead_ray.scenario.lexicon import FactTerms, Lexicon, numbers_in, pressure_in, read_turn
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.turn_protocol import UserRequest
+from sead_ray.scenario.words import numbers_in
+from sead_ray.user.rule.lexicon import FactTerms, Lexicon, lexicon_of, pressure_in, read_turn
 from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.conftest import ROOT, SCENARIO
 from tests.unit.scenario.test_scenario import _base, _write
@@ -114,7 +115,7 @@ def test_pressure_in_new_words_is_heard(sim, text):
 def test_a_domains_units_and_peers_come_from_its_scenario_file():
     """No domain noun in the generic lexicon: "ten books" is a quantity, and "other donors have already given"
     pressure, where the scenario names books among its units and donors among the user's peers."""
-    charity = load_scenario(CHARITY).rule_user.lexicon
+    charity = lexicon_of(load_scenario(CHARITY).rule_user, load_scenario(CHARITY).facts)
     generic = Lexicon.build(["A gift of 10 euros buys ten new books."], [FactTerms()], ["charity"], ["gift"], ["give"])
     assert numbers_in("It buys ten books.", units=charity.units) == [(10.0, "book")]
     assert numbers_in("It buys ten books.", units=generic.units) == []
@@ -300,8 +301,8 @@ def test_malformed_rule_sections_name_the_field(tmp_path, mutate, needle):
     if needle is None:      # a single phrase is read as a list of one
         assert load_scenario(_write(tmp_path, tree)).rule_user.pressure == ("hurry",)
         return
-    with pytest.raises(ConfigError) as err:
-        load_scenario(_write(tmp_path, tree))
+    with pytest.raises(ConfigError) as err:   # the file's own checks at load; how the rule user hears it, when built
+        RuleUserSimulator(load_scenario(_write(tmp_path, tree)))
     assert needle in str(err.value)
 
 

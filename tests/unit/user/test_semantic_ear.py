@@ -28,7 +28,7 @@ def ear(scenario):
 
 
 def test_it_hears_a_paraphrase_the_lexicon_misses_and_a_lie_in_fresh_words(scenario, ear):
-    lexicon = LexiconEar(scenario.rule_user)
+    lexicon = LexiconEar(scenario.rule_user, scenario.facts)
     paraphrase = "You can look up the support line in your merchant app and call it to make sure I'm genuine."
     assert 6 in ear.hear(paraphrase).stated
     assert len(lexicon.hear(paraphrase).reading.supported.get(6, ())) < scenario.rule_user.answer_terms

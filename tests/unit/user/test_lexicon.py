@@ -1,10 +1,12 @@
-"""The lexicon's own readings (sead_ray.scenario.lexicon) and its negation rules (sead_ray.user.rule.ear_negation), without
-the embedding model: what is a question, which quantities a fact states, how far a negation reaches."""
+"""The lexicon's own readings (sead_ray.user.rule.lexicon, over sead_ray.scenario.words) and its negation rules
+(sead_ray.user.rule.ear_negation), without the embedding model: what is a question, which quantities a fact states,
+how far a negation reaches."""
 import pytest
 
-from sead_ray.scenario.lexicon import clauses_of_sentence, read_turn, sentences_of
 from sead_ray.scenario.scenario import load_scenario
+from sead_ray.scenario.words import clauses_of_sentence, sentences_of
 from sead_ray.user.rule.ear_negation import denial, negated_before
+from sead_ray.user.rule.lexicon import lexicon_of, read_turn
 from tests.conftest import ROOT
 
 CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"
@@ -12,12 +14,13 @@ CHARITY = ROOT / "configs" / "scenarios" / "charity_donation.yaml"
 
 @pytest.fixture(scope="module")
 def restaurant(scenario):
-    return scenario.rule_user.lexicon
+    return lexicon_of(scenario.rule_user, scenario.facts)
 
 
 @pytest.fixture(scope="module")
 def charity():
-    return load_scenario(CHARITY).rule_user.lexicon
+    charity = load_scenario(CHARITY)
+    return lexicon_of(charity.rule_user, charity.facts)
 
 
 @pytest.mark.parametrize("text, asks", [

@@ -23,35 +23,21 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from sead_ray.scenario.pressure_patterns import GAP, PRESSURE_PATTERNS, pressure_patterns
-
-_TOKEN = re.compile(r"[a-z0-9]+")
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
-# clause breaks: commas, semicolons, colons, spaced or long dashes, "but"
-_CLAUSE = re.compile(r"[,;:()]|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\bbut\b")
-NEGATIONS = frozenset("no not never without nothing none nobody neither nor zero".split())
-NEGATION_WINDOW = 5      # a negation counts for a term among this many words before it ("won't need to link a bank card")
-NEGATION_STOPS = frozenset("and so because if when then".split())   # ... not past these ("no deposit and it's free")
-AUXILIARIES = frozenset("is are am was were do does did can could will would shall should may might must have has had s"
-                        .split())   # "s": "what's"
-QUESTION_WORDS = frozenset("how what why when where who whom whose which".split())
-DEGREE_WORDS = frozenset("much many long often soon far".split())   # "how long does it last."
-# who an auxiliary-first question asks about ("May I ...", "Is the credit ..."; not "Have a look in the app.")
-SUBJECTS = frozenset("i you we it they he she there this that these those the your my our his her its their anyone"
-                     .split())
-PRONOUNS = frozenset("i you we it they he she".split())
-SELF = frozenset("i me my we our us this".split())     # "this is Lin", "I'm calling from", "we are"
-NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
-                "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
-                "fifty": 50, "sixty": 60, "ninety": 90, "hundred": 100, "thousand": 1000}
-# Units a number word must be followed by to count as a claimed quantity ("one minute", not "one question"): time,
-# shares and money here; a domain's countable things ("ten books", "500 clicks") in its scenario's `rule_user.units`.
-UNITS = frozenset("second minute hour day week month year time percent euro dollar yuan pound cent".split())
-# Durations in seconds, so that "seven days" states "the first week" (a month and a year counted as 30 and 360 days)
-DURATIONS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
-             "year": 360 * 86400}
-ONE = frozenset("a an first".split())     # a fact's "for a month", "the first week": one of that unit
+from sead_ray.scenario.words import (
+    DURATIONS,
+    NEGATIONS,
+    SELF,
+    UNITS,
+    Clause,
+    clauses_of,
+    content_words,
+    numbers_in,
+    phrase,
+    stem,
+)
+from sead_ray.user.rule.pressure_patterns import GAP, PRESSURE_PATTERNS, pressure_patterns
 
 # Pressure is recognised by its shape, not by a list of slogans: obligation to decide, a deadline or a
 # vanishing offer, no second chance, everyone else already did, a threatened loss, guilt. Regular
@@ -83,114 +69,6 @@ OVERCLAIMS = ("guarantee", "guaranteed", "guarantees", "promise", "promised", "c
               "got rich", "make you rich", "everyone who")   # the domain's own ("every restaurant"): its scenario file
 COURTESY = ("thank", "thanks", "please", "sorry", "appreciate", "grateful", "kind of you", "understand",
             "good question", "fair question", "i see", "of course")
-
-
-def stem(word: str) -> str:
-    """Plural and third-person -s off, so that "days"/"day", "clicks"/"click" match."""
-    return word[:-1] if len(word) >= 4 and word.endswith("s") and not word.endswith(("ss", "us", "is")) else word
-
-
-def tokens(text: str) -> list[str]:
-    """Lower-case word tokens, "n't" read as "not" and hyphens as spaces ("700-yuan" -> 700 yuan)."""
-    return _TOKEN.findall(re.sub(r"n['\u2019]t\b", " not", text.lower()))
-
-
-def phrase(text: str) -> tuple[str, ...]:
-    return tuple(stem(w) for w in tokens(text))
-
-
-@dataclass(frozen=True)
-class Clause:
-    words: tuple[str, ...]          # tokens as written (lower case)
-    stems: tuple[str, ...]
-    question: bool                  # part of a question: asserts nothing
-    text: str = ""                  # as written
-
-    def find(self, term: tuple[str, ...]) -> list[int]:
-        n = len(term)
-        return [i for i in range(len(self.stems) - n + 1) if self.stems[i:i + n] == term] if n else []
-
-    def negated_at(self, i: int) -> bool:
-        before = self.words[max(0, i - NEGATION_WINDOW):i]
-        stops = [j for j, w in enumerate(before) if w in NEGATION_STOPS]
-        before = before[stops[-1] + 1:] if stops else before
-        # "free of charge" negates too
-        return any(w in NEGATIONS for w in before) or (i >= 2 and self.words[i - 2:i] == ("free", "of"))
-
-    def has(self, term: tuple[str, ...], negated: bool | None = None) -> bool:
-        """The term occurs (negated or not, when asked)."""
-        return any(negated is None or self.negated_at(i) == negated for i in self.find(term))
-
-
-def _clause(text: str, question: bool) -> Clause:
-    words = tokens(text)
-    return Clause(tuple(words), tuple(stem(w) for w in words), question, text.strip())
-
-
-def sentences_of(text: str) -> list[Clause]:
-    """Each sentence whole (a clause of its own), questions marked."""
-    out = []
-    for sentence in _SENTENCE.findall(text or ""):
-        words = tokens(sentence)
-        if words:
-            out.append(_clause(sentence, sentence.rstrip().endswith("?") or _shaped_like_a_question(words)))
-    return out
-
-
-def _shaped_like_a_question(words: Sequence[str]) -> bool:
-    """A sentence without its question mark that still asks: an auxiliary and its subject first ("May I set it up
-    now."; not "Don't just take my word for it.", "Have a look in the app."), or a question word with an auxiliary
-    next ("How does it work.", "How long does it last.", "What card do you use."), not a statement that starts with
-    one ("When the trial ends, nothing is billed.", "What you give is tax-deductible.")."""
-    first, rest = words[0], list(words[1:4])
-    if first in AUXILIARIES:
-        return bool(rest) and rest[0] in SUBJECTS
-    if first not in QUESTION_WORDS or not rest:
-        return False
-    if rest[0] in ("about", "not"):      # "how about I set it up for you.", "why not try it."
-        return True
-    if rest[0] in DEGREE_WORDS:
-        rest = rest[1:]
-    # a question word, at most one noun, then an auxiliary: "what card do you use.", "how many customers will I get."
-    if len(rest) > 1 and first in ("what", "which", "how") and rest[0] not in PRONOUNS and rest[0] not in AUXILIARIES:
-        rest = rest[1:]
-    return bool(rest) and rest[0] in AUXILIARIES
-
-
-def clauses_of(text: str) -> list[Clause]:
-    return [part for sentence in sentences_of(text) for part in clauses_of_sentence(sentence)]
-
-
-def clauses_of_sentence(sentence: Clause) -> list[Clause]:
-    return [_clause(part, sentence.question) for part in _CLAUSE.split(sentence.text) if tokens(part)]
-
-
-def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False, units: frozenset[str] = UNITS
-               ) -> list[tuple[float, str]]:
-    """(value, the next word's stem) for every quantity: digits always, number words ("seven hundred") only
-    before one of `units`; with `unnumbered` (a fact's own text), one of a duration named without a number ("within
-    the first week"; not in a caller's turn, where "I do this every day" claims no quantity)."""
-    words = text_or_clause.words if isinstance(text_or_clause, Clause) else tuple(tokens(text_or_clause))
-    found, i = [], 0
-    while i < len(words):
-        if words[i].isdigit():
-            found.append((float(words[i]), stem(words[i + 1]) if i + 1 < len(words) else ""))
-            i += 1
-            continue
-        value, j = 0.0, i
-        while j < len(words) and words[j] in NUMBER_WORDS:
-            n = NUMBER_WORDS[words[j]]
-            value = max(value, 1.0) * n if n in (100, 1000) else value + n
-            j += 1
-        if j > i:   # the unit next, or after one word ("four new books")
-            unit = next((stem(w) for w in words[j:j + 2] if stem(w) in units), "")
-            if unit:
-                found.append((value, unit))
-        elif unnumbered and words[i] in ONE and i + 1 < len(words) and stem(words[i + 1]) in DURATIONS and \
-                not (i and (words[i - 1].isdigit() or stem(words[i - 1]) in units)):   # "10 euros a month" is a rate
-            found.append((1.0, stem(words[i + 1])))
-        i = max(j, i + 1)
-    return found
 
 
 @dataclass(frozen=True)
@@ -291,14 +169,6 @@ class TurnReading:
         return bool(self.pressure or self.credentials or self.payment)
 
 
-_STOP = frozenset("""about after also been before being call could does from have here into just like make more
-most much only other over same some than that their them then there these they this those through under very
-want were what when where which while will with would your yours yes okay well really""".split())
-
-
-def content_words(text: str) -> frozenset[str]:
-    return frozenset(stem(w) for w in tokens(text) if (len(w) >= 4 or w.isdigit()) and w not in _STOP)
-
 
 def _hits(clauses: Sequence[Clause], terms: Sequence[tuple[str, ...]], *, unnegated: bool = False) -> list[str]:
     return [" ".join(t) for t in terms if any(c.has(t, False if unnegated else None) for c in clauses)]
@@ -308,6 +178,33 @@ def pressure_in(text: str, patterns: Sequence[re.Pattern] = PRESSURE_PATTERNS) -
     """The pressure patterns a turn matches (the matched words)."""
     norm = " ".join((text or "").lower().replace("\u2019", "'").split())
     return tuple(dict.fromkeys(m.group(0) for p in patterns for m in [p.search(norm)] if m))
+
+
+_COMPILED: dict[int, tuple[Any, Lexicon]] = {}   # id(section) -> (the section, its lexicon), one compile per process
+
+
+def lexicon_of(spec: Any, facts: Sequence[str]) -> Lexicon:
+    """The words the rule user listens for, compiled once from a scenario's `rule_user` section and its facts."""
+    held = _COMPILED.get(id(spec))
+    if held is None or held[0] is not spec:
+        terms = [FactTerms(tuple(phrase(t) for t in f.affirms), tuple(phrase(t) for t in f.denies)) for f in spec.facts]
+        held = _COMPILED[id(spec)] = (spec, Lexicon.build(
+            facts, terms, spec.identity.terms, spec.offer.terms, spec.decision_words, spec.pressure, spec.credentials,
+            spec.payment, spec.overclaims, spec.units, spec.peers))
+    return held[1]
+
+
+def check_hearing(spec: Any, facts: Sequence[str], where: str) -> None:
+    """The section's honest opening and ask read as such (ConfigError naming the field otherwise): the opening says
+    who calls and names the offer without asking yet; the ask asks for the decision, with no red flag or lie."""
+    from sead_ray.core.typed_load import ConfigError
+    lexicon = lexicon_of(spec, facts)
+    opening, ask = read_turn(spec.opening, lexicon), read_turn(spec.ask, lexicon)
+    if not (opening.identifies and opening.offers) or opening.asks:
+        raise ConfigError(f"{where}: rule_user.opening must say who calls (an identity term with I/we/this is) "
+                          "and name the offer (two offer terms), without asking for the decision yet")
+    if not ask.asks or ask.red_flag or ask.lie:
+        raise ConfigError(f"{where}: rule_user.ask must ask for the decision: a question with a decision word")
 
 
 def read_turn(text: str, lex: Lexicon) -> TurnReading:
