@@ -17,10 +17,10 @@ from typing import Any, Optional
 import ray
 
 from actors.agent import AgentActor, AgentPool
+from actors.engine_sizing import engine_spec_from_config
 from actors.profile_controller import ProfileControllerActor
 from actors.stats import StatsActor
 from actors.user import UserActor, UserPool
-from actors.vllm_engine import engine_spec_from_config
 from placement import (
     RolePlacement,
     actor_options,

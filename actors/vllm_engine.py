@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from sead_ray.core.roles import trained_roles
-from sead_ray.core.transports import WEIGHT_TRANSPORTS
+from actors.engine_load import EngineLoad, engine_load_logger
 from sead_ray.training.weight_digest import DigestRecorder
 
 log = logging.getLogger(__name__)
@@ -77,74 +76,6 @@ def pool_engine_kwargs(spec: EngineSpec) -> dict:
     if spec.tensor_parallel_size > 1:
         kwargs["distributed_executor_backend"] = "mp"
     return kwargs
-
-
-class EngineLoad:
-    """The engine's load as its own scheduler reports it after every step: the time some request was
-    running (busy), running requests x time, and prompt tokens looked up in / served from the prefix
-    cache, so a window's busy fraction, mean batch size and prefix-cache hit rate."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.since = self.last_t = time.perf_counter()
-        self.last_running = 0
-        self.busy_s = self.running_s = 0.0
-        self.prefix_queries = self.prefix_hits = 0
-
-    def record(self, running: int, prefix_queries: int = 0, prefix_hits: int = 0) -> None:
-        now = time.perf_counter()
-        self.prefix_queries += prefix_queries
-        self.prefix_hits += prefix_hits
-        if self.last_running > 0:
-            self.busy_s += now - self.last_t
-            self.running_s += self.last_running * (now - self.last_t)
-        self.last_t, self.last_running = now, running
-
-    def window(self, reset: bool = False) -> dict:
-        """Figures since the last reset (and start a new window if `reset`)."""
-        wall = max(time.perf_counter() - self.since, 1e-9)
-        figures = {"wall_s": wall, "busy_fraction": self.busy_s / wall,
-                   "mean_running": self.running_s / max(self.busy_s, 1e-9),
-                   "prefix_hit_rate": self.prefix_hits / max(self.prefix_queries, 1),
-                   "prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits}
-        if reset:
-            self.reset()
-        return figures
-
-
-def engine_load_logger(load: EngineLoad, tags: Optional[dict] = None, gauges: Any = None) -> type:
-    """A vLLM stat logger class fed the scheduler's stats each step: it keeps `load` and, with `gauges`,
-    sets the engine's load gauges: requests running and waiting, KV cache usage (0-1) and the prefix
-    cache's hit rate so far."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class EngineLoadLogger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0):
-            self.prefix_queries = self.prefix_hits = 0   # since start, for the hit-rate gauge
-
-        def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
-                   engine_idx: int = 0) -> None:
-            if scheduler_stats is None:
-                return
-            prefix = scheduler_stats.prefix_cache_stats
-            looked_up = (prefix.queries, prefix.hits) if prefix is not None else (0, 0)
-            load.record(scheduler_stats.num_running_reqs, *looked_up)
-            if gauges is None:
-                return
-            self.prefix_queries += looked_up[0]
-            self.prefix_hits += looked_up[1]
-            gauges.set("engine_requests_running", scheduler_stats.num_running_reqs, tags)
-            gauges.set("engine_requests_waiting", scheduler_stats.num_waiting_reqs, tags)
-            gauges.set("engine_kv_cache_usage", scheduler_stats.kv_cache_usage, tags)
-            if self.prefix_queries:
-                gauges.set("engine_prefix_cache_hit_rate", self.prefix_hits / self.prefix_queries, tags)
-
-        def log_engine_initialized(self) -> None:
-            pass
-
-    return EngineLoadLogger
 
 
 class VLLMEngine:
@@ -289,12 +220,6 @@ class VLLMEngine:
             self.engine = None
 
 
-def takes_weights(cfg: Any, role: str) -> bool:
-    """The engines of `role` take each new weight version from a trainer (the agent's; the simulator's with
-    user.train)."""
-    return role in trained_roles(cfg)
-
-
 def cuda_free_and_total() -> list[tuple[int, int]]:
     """(free, total) bytes of each CUDA device this process sees."""
     import torch
@@ -316,75 +241,6 @@ async def wait_for_free_memory(fraction: float, wait_s: float, free_and_total: C
         if not short or waited >= wait_s:
             return waited
         await asyncio.sleep(poll_s)
-
-
-def engine_spec_from_config(cfg: Any, role: str, model_path: str, seed: int, omp_threads_bind: str = "") -> EngineSpec:
-    """The engine of `role` (agent or user): CUDA settings where the role has GPUs."""
-    on_gpu = getattr(cfg.placement, role).gpus > 0
-    transport = cfg.weight_sync.transport
-    tensor_parallel = getattr(cfg, role).tensor_parallel_size   # the config's section of the role: agent, user
-    kv_cache_mb = cfg.engine.kv_cache_mb
-    if kv_cache_mb == "auto":
-        kv_cache_mb = engine_kv_cache_mb(cfg, role, model_path, tensor_parallel, on_gpu)
-    return EngineSpec(model_path=model_path, dtype=cfg.models.dtype, kv_cache_mb=kv_cache_mb,
-                      gpu_memory_utilization=engine_gpu_memory_utilization(cfg, role, model_path, tensor_parallel,
-                                                                           kv_cache_mb) if on_gpu else 0.0,
-                      max_model_len=cfg.engine.max_model_len, max_num_seqs=cfg.engine.max_num_seqs,
-                      block_size=cfg.engine.block_size, seed=seed, omp_threads_bind=omp_threads_bind,
-                      tensor_parallel_size=tensor_parallel,
-                      enforce_eager=not on_gpu, chunked_prefill=on_gpu,
-                      weight_transfer_backend=(transport if WEIGHT_TRANSPORTS.get(transport).vllm_api
-                                               and takes_weights(cfg, role) else ""),
-                      memory_wait_s=cfg.engine.memory_wait_s)
-
-
-_kv_logged: set = set()
-
-
-def engine_kv_cache_mb(cfg: Any, role: str, model_path: str, tensor_parallel: int, on_gpu: bool) -> int:
-    """`engine.kv_cache_mb: auto` for one engine of `role` (sead_ray.ops.memory_plan.auto_kv_cache_mb): the
-    agent's system prompt counted at 3 characters a token (an upper estimate), the memory available on
-    this node now as the cap on CPU; logged once per role and model."""
-    import logging
-    from pathlib import Path
-
-    import psutil
-
-    from sead_ray.agent.prompt import agent_system_prompt
-    from sead_ray.ops import memory_plan
-    from sead_ray.ops.model_shape import ModelShape
-    from sead_ray.scenario.scenario import load_scenario
-    from sead_ray.user.simulators import user_on_engine
-    shape = ModelShape.from_hf_config(Path(model_path) / "config.json")
-    prompt_tokens = len(agent_system_prompt(load_scenario(cfg.resolve_path(cfg.scenario)))) // 3
-    user_engines = cfg.user.engines if isinstance(cfg.user.engines, int) else 1
-    engines = cfg.agent.engines + (user_engines if user_on_engine(cfg.user) else 0)
-    # on a GPU the cap is the device: what its memory leaves after the weights and the engine's runtime
-    mb, why = memory_plan.auto_kv_cache_mb(cfg, shape, tensor_parallel, prompt_tokens,
-                                           None if on_gpu else psutil.virtual_memory().available, engines,
-                                           device_bytes=memory_plan.device_memory_bytes(cfg) if on_gpu else None,
-                                           takes_weights=takes_weights(cfg, role))
-    if (role, model_path) not in _kv_logged:
-        _kv_logged.add((role, model_path))
-        logging.getLogger(__name__).info("%s engines: KV cache auto = %d MB (%s)", role, mb, why)
-    return mb
-
-
-def engine_gpu_memory_utilization(cfg: Any, role: str, model_path: str, tensor_parallel: int, kv_cache_mb: int) -> float:
-    """vLLM's gpu_memory_utilization for an engine of `role` on a GPU, from the memory plan
-    (sead_ray.ops.memory_plan.engine_memory_utilization); 0 (vLLM's default) where the GPU's memory or the
-    model's shape is unknown here."""
-    from pathlib import Path
-
-    from sead_ray.ops import memory_plan
-    from sead_ray.ops.model_shape import model_shape
-    device = memory_plan.device_memory_bytes(cfg)
-    try:
-        shape = model_shape(model_path, Path(model_path))
-    except ValueError:
-        device = None
-    return 0.0 if device is None else memory_plan.engine_memory_utilization(cfg, shape, tensor_parallel, device,
-                                                                            kv_cache_mb, takes_weights(cfg, role))
 
 
 def chat_completion_request(model: str, messages: list[dict], *, max_tokens: int, temperature: float, top_p: float,

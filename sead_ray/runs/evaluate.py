@@ -183,7 +183,8 @@ async def simulator_pool(cfg: SeadConfig, scenario: Scenario, use: Callable[[Cal
 
 def local_agent_engine(cfg: SeadConfig, model_path: str) -> Any:
     """An agent engine in this process, not an actor (nothing sends it weights): `sead-ray view`'s talk page."""
-    from actors.vllm_engine import VLLMEngine, engine_spec_from_config
+    from actors.engine_sizing import engine_spec_from_config
+    from actors.vllm_engine import VLLMEngine
     on_gpu = cfg.placement.agent.gpus > 0
     spec = engine_spec_from_config(cfg, "agent", model_path, cfg.seed, omp_threads_bind="" if on_gpu else "nobind")
     spec.weight_transfer_backend = ""
@@ -213,8 +214,8 @@ async def judge_dialogues(cfg: SeadConfig, scenario: Scenario, records: Sequence
     else:
         import ray
 
+        from actors.engine_sizing import engine_spec_from_config
         from actors.judge import JudgeActor
-        from actors.vllm_engine import engine_spec_from_config
         spec = engine_spec_from_config(cfg, "user", str(resolve_model(judge_model)), cfg.seed)
         connect(cfg)
         actor = JudgeActor.options(num_cpus=cfg.placement.user.cpus,

@@ -2,7 +2,8 @@
 memory is still being released), within engine.memory_wait_s, then starts anyway."""
 import asyncio
 
-from actors.vllm_engine import engine_spec_from_config, wait_for_free_memory
+from actors.engine_sizing import engine_spec_from_config
+from actors.vllm_engine import wait_for_free_memory
 from tests.conftest import tiny_config
 
 GIB = 2**30

