@@ -15,13 +15,13 @@ from typing import Any, Optional
 import ray
 
 from actors.profile_controller import ProfileControllerActor
+from actors.ray_cluster import unshared_run_dir_nodes
 from actors.rollout_roles import (
     RolloutRoles,
     rescale_user_pool,
     restart_engine,
     shutdown_rollout_roles,
     start_rollout_roles,
-    unshared_run_dir_nodes,
 )
 from actors.routing import StickyRouter, actor_death_errors
 from placement import actor_options

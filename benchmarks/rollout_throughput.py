@@ -45,7 +45,8 @@ async def main(args) -> dict:
     import numpy as np
     import ray
 
-    from actors.rollout_roles import init_ray, shutdown_rollout_roles, start_rollout_roles
+    from actors.ray_cluster import init_ray
+    from actors.rollout_roles import shutdown_rollout_roles, start_rollout_roles
     from benchmarks.turn_sync import recording_endpoints, replay, turn_sync_endpoints
     from sead_ray.core.config import load_config
     from sead_ray.play.rollout import run_dialogues

@@ -156,7 +156,7 @@ def tree_tokens(samples, micro_batch_size: int, max_seq_len: int) -> dict:
 def one_setting(config: str, overrides: list[str], model: str, samples: list, repeats: int) -> dict:
     import ray
 
-    from actors.rollout_roles import init_ray
+    from actors.ray_cluster import init_ray
     from actors.trainer import TrainerGroup
     from sead_ray.core.config import load_config
     from sead_ray.training.trainer_protocol import Sample

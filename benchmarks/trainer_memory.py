@@ -54,7 +54,7 @@ def synthetic_batch(n: int, seq_len: int, vocab: int, seed: int = 0) -> list:
 def main(args) -> dict:
     import ray
 
-    from actors.rollout_roles import init_ray
+    from actors.ray_cluster import init_ray
     from actors.trainer import TrainerGroup
     from sead_ray.core.config import load_config
     from sead_ray.core.models import resolve_model

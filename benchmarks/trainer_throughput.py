@@ -82,7 +82,7 @@ def layout_of(cfg) -> str:
 def run_layout(args, overrides: list[str]) -> dict:
     import ray
 
-    from actors.rollout_roles import init_ray
+    from actors.ray_cluster import init_ray
     from actors.trainer import TrainerGroup
     from benchmarks.trainer_memory import synthetic_batch
     from sead_ray.core.config import load_config

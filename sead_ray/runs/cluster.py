@@ -6,5 +6,5 @@ from sead_ray.core.config import SeadConfig
 
 def connect(cfg: SeadConfig) -> dict:
     """Connect to the configured Ray cluster or start a local one; returns its resources."""
-    from actors.rollout_roles import init_ray
+    from actors.ray_cluster import init_ray
     return init_ray(cfg)

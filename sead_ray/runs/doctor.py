@@ -194,7 +194,7 @@ class Doctor:
     def storage(self) -> str:
         import ray
 
-        from actors.rollout_roles import unshared_run_dir_nodes
+        from actors.ray_cluster import unshared_run_dir_nodes
         from actors.weights.cluster_checks import shm_free_bytes, trained_weight_bytes, transport_placement_problem
         from sead_ray.core.roles import trained_roles
         from sead_ray.ops.model_shape import reference_shape

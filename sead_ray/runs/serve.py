@@ -21,7 +21,7 @@ def serve_agent(cfg: SeadConfig, scenario: Scenario, model: str, *, host: str, p
     from ray import serve
 
     from actors.engine_sizing import engine_spec_from_config
-    from actors.rollout_roles import actor_env
+    from actors.ray_cluster import actor_env
     from actors.serve_agent import ServeSettings, build_agent_app
     from actors.vllm_engine import engine_kwargs
     from placement.groups import tensor_parallel_bundles

@@ -196,7 +196,7 @@ def test_a_run_started_from_a_shell_joins_the_cluster_ray_start_started(job_clus
     """`sead-ray train` in a shell of a machine where `ray start --head` runs: Ray finds that cluster by
     itself and refuses the local cluster's sizes; the run joins it (one log line) instead of a traceback."""
     code = ("import json, logging; logging.basicConfig(level=logging.INFO)\n"
-            "from actors.rollout_roles import init_ray\nfrom sead_ray.core.config import load_config\n"
+            "from actors.ray_cluster import init_ray\nfrom sead_ray.core.config import load_config\n"
             f"print(json.dumps(init_ray(load_config({str(EMBEDDED_CONFIG)!r}, ['ray.dashboard=false']))))")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,

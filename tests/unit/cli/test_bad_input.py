@@ -26,7 +26,7 @@ AGENT = ("--agent", "tiny:llama-h64")
 def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("this bad input got as far as starting Ray")
-    monkeypatch.setattr("actors.rollout_roles.init_ray", refuse)   # sead_ray.runs.cluster.connect calls it
+    monkeypatch.setattr("actors.ray_cluster.init_ray", refuse)   # sead_ray.runs.cluster.connect calls it
     monkeypatch.delenv("SEAD_RAY_API_KEY", raising=False)   # the cases without a key must not find one
 
 
