@@ -1,4 +1,4 @@
-"""The shared prefix under real DeepSpeed: the trainer's own rank code (actors.trainer._Worker, its step with the
+"""The shared prefix under real DeepSpeed: the trainer's own rank code (actors.trainer_rank.RankWorker, its step with the
 shared root the driver computes) on ZeRO-0 x 1 and on ZeRO-3 x 2 ranks (gloo, the CPU's collectives), gradient
 checkpointing off and on. From the same weights (lr 0), the step with the shared prefix gives the per-call step's
 loss, grad norm and full gradients (gathered from the ZeRO-3 partitions) within a relative 1e-4; under ZeRO-3 both
@@ -24,9 +24,9 @@ def _rank(rank: int, world: int, port: int, settings: TrainerSettings, samples: 
     import torch.distributed as dist
     from deepspeed.utils import safe_get_full_grad
 
-    from actors.trainer import _Worker
+    from actors.trainer_rank import RankWorker
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    worker = _Worker(settings)
+    worker = RankWorker(settings)
     assert worker.shared_prefix, "the tiny Llama takes the shared-prefix path"
     engine, captured = worker.engine, {}
     real_step = engine.step
