@@ -362,7 +362,7 @@ def test_profiles_that_break_rules_are_replayed_with_a_warning(tmp_path, scenari
 
 
 def test_start_depths_are_checked_where_they_are_given():
-    from sead_ray.cli.args import start_depth
+    from sead_ray.cli.arg_types import start_depth
     from tests.conftest import tiny_config
     assert start_depth("cold") == "cold" and start_depth("2") == 2
     for bad in ("-1", "deep"):
