@@ -214,17 +214,18 @@ def compute_metrics(records: Iterable[Mapping], schema: Optional[StateSchema] = 
 
 def answers(records: Iterable[Mapping]) -> tuple[int, int]:
     """(policy turns that answered the concern the user had voiced, policy turns after a voiced concern), from the
-    rule user's record of each turn (its agenda's `asked`: what it had asked; `user_heard[0]`: what it made of the
-    turn)."""
+    rule user's agenda recorded with each turn: what it had asked (`asked`), and whether that concern is resolved
+    after the turn (a user never asks a resolved concern again, so the turn resolved it)."""
     answered = asked = 0
     for r in records:
         for t in policy_turns(r):
-            heard = (t.get("user_heard") or [{}])[0]
-            # records written before the typed agenda kept `asked` beside the verdict
-            question = (t.get("user_agenda") or {}).get("asked") or heard.get("asked")
-            if concern_of(question) is not None:
+            agenda, heard = t.get("user_agenda"), (t.get("user_heard") or [{}])[0]
+            question = (agenda or heard).get("asked")   # records written before the typed agenda kept it in heard
+            concern = concern_of(question)
+            if concern is not None:
                 asked += 1
-                answered += str(heard.get("verdict", "")).startswith("answered")
+                answered += concern in agenda["resolved"] if agenda else \
+                    "answered" in str(heard.get("verdict", "")).split(", ")
     return answered, asked
 
 

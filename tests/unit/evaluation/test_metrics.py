@@ -56,6 +56,21 @@ def test_the_answer_rate_counts_policy_turns_after_a_voiced_concern():
     assert "answer rate (voiced concerns)  0.33 (3 turns after a concern)" in format_table(m)
 
 
+def test_the_answer_rate_reads_the_typed_agenda_a_turn_records():
+    """A concern asked and resolved by the turn is answered; asked and still open after it, not (the verdict's words,
+    here contradicting the agenda on purpose, are read only where a record has no agenda)."""
+    def turn_with(asked, resolved, verdict):
+        agenda = {"identified": True, "offered": True, "concerns": ["cost"], "resolved": resolved, "asked": asked,
+                  "asking": None}
+        return {**turn(None, st(1, 1, 1)), "user_agenda": agenda, "user_heard": [{"verdict": verdict}]}
+    record = {"profile": {**st(1, 1, 1), "behaviors": []}, "outcome": "failure", "end_reason": "hangup",
+              "turns": [turn_with("concern: cost", [], "answered"), turn_with("identity", [], "answered"),
+                        turn_with("concern: cost", ["cost"], "nothing"),
+                        turn_with("concern: validity", ["cost"], "answered")]}
+    m = compute_metrics([record])
+    assert m.concern_turns == 3 and m.answer_rate == pytest.approx(1 / 3)
+
+
 def test_estimate_compares_with_last_seen_state_when_a_turn_lost_its_state():
     # turn 2 has no user_state (parse failure); turn 3's estimate compares with turn 1's state
     d = {"profile": {**st(0, 0, 0), "behaviors": []},
