@@ -14,7 +14,6 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
@@ -28,7 +27,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def held_out_pair(run: Path) -> tuple[str, str, int]:
-    """(first file, last file, index) of an owner lost after the warm start and won after training."""
+    """(first file, last file, index) of an owner lost after the warm start and won after training; the files named
+    from the run's parent folder (the folder the viewer serves)."""
     files = sorted((run / "dialogues").glob("eval_*.jsonl"))
     cold = [f for f in files if re.fullmatch(r"eval_\d{4}\.jsonl", f.name)]
     if len(cold) < 2:
@@ -38,7 +38,7 @@ def held_out_pair(run: Path) -> tuple[str, str, int]:
     if not turned:
         raise SystemExit(f"no held-out owner of {run} was lost after the warm start and won after training")
     hard = [i for i in turned if first[i]["profile"].get("user_set") == "hard"]
-    return f"run/dialogues/{cold[0].name}", f"run/dialogues/{cold[-1].name}", (hard or turned)[0]
+    return (f"{run.name}/dialogues/{cold[0].name}", f"{run.name}/dialogues/{cold[-1].name}", (hard or turned)[0])
 
 
 def main() -> None:
@@ -47,32 +47,33 @@ def main() -> None:
     first, last, index = held_out_pair(args.run)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / "run").symlink_to(args.run.resolve())
-        server = subprocess.Popen([sys.executable, "-m", "sead_ray.cli.main", "view", folder, "--port", "0"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            line = ""
-            while "open http" not in line:
-                line = server.stdout.readline()
-                if not line and server.poll() is not None:
-                    raise SystemExit("sead-ray view exited before serving")
-            url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM)
-                page = browser.new_page(viewport={"width": 1280, "height": 860})
-                shots = {"run": ("#/run?path=run", "[data-testid=iterations] tr[data-iteration]"),
-                         "call-warm-start": (f"#/call?file={first}&index={index}", "[data-testid=turn]"),
-                         "call-trained": (f"#/call?file={last}&index={index}", "[data-testid=turn]")}
-                for name, (route, ready) in shots.items():
-                    page.goto(f"{url}/{route}")
-                    page.wait_for_selector(ready)
-                    page.screenshot(path=str(out / f"view-real-{name}.png"), full_page=True)
-                    print(f"{out / f'view-real-{name}.png'}: {route}")
-                browser.close()
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    run = args.run.resolve()
+    server = subprocess.Popen([sys.executable, "-m", "sead_ray.cli.main", "view", str(run.parent), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)   # paths confined to it
+    try:
+        line = ""
+        while "open http" not in line:
+            line = server.stdout.readline()
+            if not line and server.poll() is not None:
+                raise SystemExit("sead-ray view exited before serving")
+        url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM)
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            shots = {"run": (f"#/run?path={run.name}", "[data-testid=iterations] tr[data-iteration]"),
+                     "call-warm-start": (f"#/call?file={first}&index={index}", "[data-testid=turn]"),
+                     "call-trained": (f"#/call?file={last}&index={index}", "[data-testid=turn]")}
+            for name, (route, ready) in shots.items():
+                page.goto(f"{url}/{route}")
+                page.wait_for_selector(ready)
+                if name != "run":   # the call page's 'same profile elsewhere' list comes a moment later
+                    page.wait_for_selector("[data-testid=same-profile] li", timeout=120_000)
+                page.screenshot(path=str(out / f"view-real-{name}.png"), full_page=True)
+                print(f"{out / f'view-real-{name}.png'}: {route}")
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
     print(f"held-out owner #{index}: lost after the warm start ({first}), won after training ({last})")
 
 
