@@ -59,7 +59,7 @@ class GlooWeightTransferInitInfo(WeightTransferInitInfo):
     master_port: int
     rank_offset: int              # group rank of this engine's worker 0
     world_size: int               # 1 (the trainer) + every worker of every engine
-    packed: bool = False          # buckets of packed_buffer_size_bytes (else tensor by tensor)
+    packed: bool = False          # buckets of packed_buffer_size_bytes (else a bucket per tensor)
     packed_buffer_size_bytes: int = DEFAULT_PACKED_BUFFER_SIZE_BYTES
     timeout_s: float = 600.0      # weight_sync.timeout_s
 
@@ -72,7 +72,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
     def __init__(self, config, vllm_config, device, model) -> None:
         super().__init__(config, vllm_config, device, model)
         self.group = None
-        self.bucket_bytes = 0   # packed: the buckets' size (0: tensor by tensor)
+        self.bucket_bytes = 0   # the buckets' size (0, not packed: a bucket per tensor)
 
     def init_transfer_engine(self, init_info: GlooWeightTransferInitInfo) -> None:
         rank = init_info.rank_offset + self.parallel_config.rank
@@ -89,12 +89,6 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
             raise RuntimeError("gloo weight transfer: init_weight_transfer_engine was not called")
         tensors = [(name, shape, getattr(torch, dtype_name))
                    for name, dtype_name, shape in zip(update_info.names, update_info.dtype_names, update_info.shapes)]
-        if not self.bucket_bytes:
-            for name, shape, dtype in tensors:
-                weight = torch.empty(shape, dtype=dtype)
-                _broadcast(self.group, weight)
-                self.model.load_weights([(name, weight.to(self.device))])
-            return
         for bucket in buckets(tensors, self.bucket_bytes):
             names, shapes, dtypes, sizes = (list(column) for column in zip(*bucket))
             packed = torch.empty(sum(sizes), dtype=torch.uint8)
@@ -163,11 +157,8 @@ class GlooTrainerWeightTransferEngine(NCCLTrainerWeightTransferEngine):
                 pass
             return
         pairs = self._checked_iter(source, meta)
-        if not self.packed:
-            for _name, tensor in pairs:
-                _broadcast(self.model_update_group, tensor.detach().to("cpu").contiguous())
-            return
-        while (chunk := pack_tensors(pairs, lambda item: item[1].detach().to("cpu"), self.packed_buffer_size_bytes)):
+        bucket_bytes = self.packed_buffer_size_bytes if self.packed else 0   # not packed: a bucket per tensor
+        while (chunk := pack_tensors(pairs, lambda item: item[1].detach().to("cpu"), bucket_bytes)):
             _broadcast(self.model_update_group, chunk.packed_tensor)
 
     def shutdown(self) -> None:

@@ -46,7 +46,7 @@ from sead_ray.user.rule.sentence_embedder import SentenceEmbedder
 
 log = logging.getLogger(__name__)
 
-FLAGS = ("pressure", "credentials", "payment")
+FLAGS = tuple(flag.value for flag in RED_FLAGS)   # their names, as the reading's fields and prototype labels
 ANSWER_BLOCKERS = frozenset({"lie", *FLAGS, "reassurance"})   # a clause nearest to these is never an answer
 QUESTION_LABELS = frozenset({"ask", *FLAGS, "small_talk"})
 STATEMENT_LABELS = frozenset({"fact", "lie", "identity", "offer", *FLAGS, "reassurance", "small_talk"})
