@@ -39,7 +39,7 @@ def score_line(hearing: Hearing, text: str, label: str, fact: int, bounds: Seque
     reading = hearing.reading
     flagged = bool(reading.red_flag or reading.lie)
     answer = fact in hearing.stated and not flagged and not (
-        bounds and unsupported(reading.about, bounds, frozenset([fact])))
+        bounds and unsupported(reading.about, bounds, frozenset([fact]), reading.roles))
     requests = bool(reading.credentials or reading.payment)
     any_fact = bool(hearing.stated)
     correct = {

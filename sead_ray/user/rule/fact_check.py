@@ -14,6 +14,9 @@ statement clause: it speaks of the asked fact) is held to that fact's own senten
   where it says 30 days ("a month" is 30 days, "a full year" a year); a share in words ("about half") far from the
   fact's percentage; a duration no fact states;
 - **how often and dates** (monthly, once a year; months, weekdays) where the fact says otherwise;
+- **what the money buys**: where the fact states an amount of money or time and a count of the domain's things
+  ("10 euros a month buys four new books"), the amount kept and the count dropped in a clause about that fact alone
+  ("Each 10 euros buys a new tablet"): the welcome lie keeps the number the user knows and swaps what it buys;
 - **polarity**: a word the fact's sentences only deny, asserted ("It is a contract" where they say "There is no
   contract"). Not the other way round: a word they state, denied, is mostly an honest answer's own negation ("we don't
   take any money" beside "activation takes one minute"; measured on the ear lines, docs/results.md).
@@ -24,6 +27,7 @@ between the fact's claims and its declared lies is all there is. Pure text proce
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +154,23 @@ def quantities_in(clause: Clause, units: frozenset[str] = UNITS) -> list[tuple[f
     return [] if set(words) & NEGATIONS else found
 
 
+def values_in(clause: Clause) -> set[float]:
+    """Every number the clause says, in digits or words, whatever follows it ("four fresh titles": 4)."""
+    words, found, i = clause.words, set(), 0
+    while i < len(words):
+        if words[i].isdigit():
+            found.add(float(words[i]))
+        value, j = 0.0, i
+        while j < len(words) and words[j] in NUMBER_WORDS:
+            n = NUMBER_WORDS[words[j]]
+            value = max(value, 1.0) * n if n in (100, 1000) else value + n
+            j += 1
+        if j > i:
+            found.add(value)
+        i = max(j, i + 1)
+    return found
+
+
 def _leads_a_duration(words: Sequence[str], i: int) -> bool:
     """A word among the two before words[i] says how long ("lasts a year", "for the first year"), where "10 euros
     a month" and "one receipt a year" say how often."""
@@ -233,13 +254,14 @@ def scenario_bounds(facts: Sequence[str], spec: Any) -> list[FactBounds]:
 
 
 def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequence[FactBounds],
-                expecting: frozenset[int] = frozenset()) -> list[str]:
+                expecting: frozenset[int] = frozenset(), roles: frozenset[str] = frozenset()) -> list[str]:
     """Why the turn's statements say more than the facts they speak of (empty: nothing). `clauses`: each
     statement clause with the facts the ear heard it state; `expecting`: the facts that answer the voiced concern,
-    which a statement clause of a would-be answer heard stating no fact speaks of. Absolutes are read clause by clause;
+    which a statement clause of a would-be answer heard stating no fact speaks of; `roles`: the clauses heard as who
+    calls or the offer (the offer's own amount is not a fact's price). Absolutes are read clause by clause;
     quantities, how often and dates over all the clauses that speak of a fact (one of them stating the fact's own
     is enough: "not 10 euros, 3 euros is fine")."""
-    why, speaking = [], {}
+    why, speaking, alone = [], {}, defaultdict(list)
     every_duration = frozenset().union(*(b.durations for b in bounds))
     for clause, heard in clauses:
         facts = heard or expecting    # a clause heard stating another fact is held to that one
@@ -247,6 +269,8 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
             continue
         for k in facts:
             speaking.setdefault(k, []).append(clause)
+            if len(facts) == 1 and clause.text not in roles:
+                alone[k].append(clause)
         allowed = frozenset().union(*(bounds[k].absolutes for k in facts))
         why += [f"{words!r}, which {_facts(facts)} never says ({clause.text!r})"
                 for group, words in absolutes_in(clause).items() if group not in allowed]
@@ -271,6 +295,7 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
         if own_shares and shares and not any(abs(v - o) <= SHARE_TOLERANCE or abs(v - (100 - o)) <= SHARE_TOLERANCE
                                              for v in shares for o in own_shares):
             why.append(f"a share fact {k} does not state ({text})")
+        why += _swapped_thing(k, b, [c for c in said if c in alone[k]])
         periods = set().union(*(periods_in(c) for c in said))
         if b.periods and periods and not periods & b.periods:
             why.append(f"{'/'.join(sorted(periods))} where fact {k} says {'/'.join(sorted(b.periods))} ({text})")
@@ -278,6 +303,20 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
         if b.calendar and named and not named & b.calendar:
             why.append(f"{'/'.join(sorted(named))} where fact {k} says {'/'.join(sorted(b.calendar))} ({text})")
     return list(dict.fromkeys(why))
+
+
+def _swapped_thing(k: int, bounds: FactBounds, said: Sequence[Clause]) -> list[str]:
+    """A fact's amount of money or time kept and its count of the domain's things dropped, in clauses that speak of
+    that fact alone ("Each 10 euros buys a new tablet" where 10 euros buy four books): the number the user knows,
+    with something else behind it. The other way round is a terse answer ("Four books a month")."""
+    values = set().union(*(values_in(c) for c in said))
+    kept = {q for q in bounds.quantities if q[0] in values and q[1] in UNITS}
+    dropped = {q for q in bounds.quantities if q[0] not in values and q[1] not in UNITS}
+    if not (kept and dropped):
+        return []
+    text = " / ".join(repr(c.text) for c in said)
+    return [f"fact {k}'s {', '.join(sorted(f'{v:g} {u}' for v, u in kept))} without its "
+            f"{', '.join(sorted(f'{v:g} {u}' for v, u in dropped))} ({text})"]
 
 
 def _facts(facts: frozenset[int]) -> str:

@@ -154,6 +154,7 @@ class TurnReading:
     payment: tuple[str, ...] = ()
     courtesy: bool = False
     about: tuple[tuple[Clause, frozenset[int]], ...] = ()   # each statement clause and the facts heard in it
+    roles: frozenset[str] = frozenset()             # clauses the semantic ear heard as who calls or the offer, by text
 
     @property
     def lie(self) -> bool:

@@ -225,6 +225,8 @@ class SemanticEar:
             if judged.heard is Heard.NOTHING and (judged.proto.label not in ANSWER_BLOCKERS
                                                    or judged.proto.label == "lie" and veto):
                 judged = self._expected_answer(clause, one, best, expecting, judged)
+            elif judged.heard is Heard.NOTHING and judged.proto.label in FLAGS:   # a red flag below its threshold
+                judged = self._expected_answer(clause, one, best, expecting, judged, terms_only=True)
             elif judged.heard is Heard.SMALL_TALK and any(one.states(k, 1) for k in expecting):   # "first week."
                 answer = self._expected_answer(clause, one, best, expecting, judged)
                 judged = answer if answer.heard is Heard.STATES else judged
@@ -267,7 +269,8 @@ class SemanticEar:
         # the model must hear a fact for it to be stated; the rule user never counts a turn with a lie or a red flag as
         # an answer (rule_user.TurnVerdict.bad)
         about = tuple((c, frozenset(f)) for c, f in zip(clauses, stated_in) if not c.question)
-        reading = replace(lexical, contradicted=tuple(sorted(lies)), about=about,
+        roles = frozenset(v.clause for v in verdicts if v.heard in (Heard.IDENTITY, Heard.OFFER))
+        reading = replace(lexical, contradicted=tuple(sorted(lies)), about=about, roles=roles,
                           identifies=identifies, offers=offers, asks=asks,
                           **{f: tuple(dict.fromkeys(v)) for f, v in flags.items()})
         return Hearing(reading, frozenset(heard), frozenset(heard), hears_meaning=True, reasons=tuple(verdicts))
@@ -295,17 +298,19 @@ class SemanticEar:
         return out
 
     def _expected_answer(self, clause: Clause, one: TurnReading, best: dict[tuple[str, int], float],
-                         expecting: frozenset[int], nearest: Judged) -> Judged:
+                         expecting: frozenset[int], nearest: Judged, terms_only: bool = False) -> Judged:
         """A clause that states none of the facts clearly enough, heard as the answer to the question asked:
         similar enough to an expected fact, closer to its true claims than to its lies, no lie in it; or, on a few
-        words, naming one of the expected fact's terms with its polarity (the lexicon's reading)."""
+        words, naming one of the expected fact's terms with its polarity (the lexicon's reading). `terms_only`: the
+        clause is nearest a red flag, below its threshold ("One minute" ~ a passcode request, 0.38): only the fact's own
+        terms answer (the lexicon and the probe still flag a real request)."""
         s = self.settings
         if one.lie or clause.question:
             return nearest._replace(heard=Heard.NOTHING)
         for k in sorted(expecting, key=lambda f: -best.get(("fact", f), -1.0)):
             true_sim = best.get(("fact", k), -1.0)
             as_fact = Prototype("fact", k, nearest.proto.text)
-            if true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin:
+            if not terms_only and true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin:
                 return Judged(Heard.STATES, as_fact, true_sim, "the answer asked for")
             # the lexicon reads the asked fact's own terms with their polarity ("Check via customer service."), where
             # the model, on a few words, is nearer a lie or below the threshold

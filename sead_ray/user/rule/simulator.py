@@ -178,7 +178,7 @@ class RuleUserSimulator:
         asked = frozenset(self.spec.concerns[k].answered_by) if kind == "concern" else frozenset()
         hearing = self.ear.hear(said, asked)
         r, call.heard = hearing.reading, hearing.reasons_json()
-        why = unsupported(r.about, self.bounds, asked)
+        why = unsupported(r.about, self.bounds, asked, r.roles)
         if why:
             call.heard = (*call.heard, {"rule": "unsupported", "why": why})
         stated = self._concerns_of(hearing.stated)

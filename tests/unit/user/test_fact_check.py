@@ -74,6 +74,23 @@ def test_amounts_periods_and_dates_are_read_against_the_fact_spoken_of(charity_b
     assert unsupported(said("The minimum is 10 euros a month."), b, frozenset([AMOUNT]))
 
 
+def test_the_amount_kept_and_what_it_buys_swapped_is_unsupported(charity_bounds):
+    """Charity fact 0, "10 euros a month buys four new books": the welcome lie keeps the amount the donor knows and
+    swaps what it buys; the count kept without the amount is a terse answer; the offer's own amount is the offer's."""
+    b, books = charity_bounds, 0
+    why = unsupported(said("Each 10 euros buys a new tablet for the reading club.", {books}), b)
+    assert why == ["fact 0's 10 euro without its 4 book ('Each 10 euros buys a new tablet for the reading club.')"]
+    assert unsupported(said("Your 10 euros pays for a whole new library shelf every month.", {books}), b)
+    for honest in ("Every month, your 10 euros would put four fresh titles on a club's shelf.", "Four books a month.",
+                   "New books every month.", "10 euros, four books."):
+        assert unsupported(said(honest, {books}), b) == [], honest
+    offer = "We'd love 10 euros a month for our reading clubs."
+    assert unsupported(said(offer, {books}), b)
+    assert unsupported(said(offer, {books}), b, roles=frozenset([offer])) == []
+    # a clause heard stating two facts is not held to one fact's pairing ("nine in every ten euros" of 89 percent)
+    assert unsupported(said("Nine in every ten euros go to the reading clubs.", {books, IMPACT}), b) == []
+
+
 def test_a_word_the_fact_only_denies_stated_is_unsupported(charity_bounds):
     """Found in a self-play call (issue 51, charity): "Is this a contract?" -> "It is a contract, signed by ..." was
     heard as the answer, its nearest claim "There is no contract and no minimum period." """

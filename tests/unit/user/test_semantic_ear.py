@@ -62,6 +62,13 @@ def test_an_answer_to_the_question_asked_is_heard_more_readily(ear):
     # ... also where the few words sit nearer small talk ("first week." ~ "How has your week been so far?")
     assert 5 in ear.hear("More views, first week.", frozenset({5})).stated
     assert ear.hear("How has your week been so far?", frozenset({5})).stated == frozenset()
+    # ... and where they sit nearest a red flag, below its threshold ("One minute" ~ a one-time passcode request): the
+    # fact's own term answers, its similarity to the fact does not ("Quick code" ~ the same request, 0.53, names no
+    # term), and a real request stays flagged
+    assert 3 in ear.hear("One minute, that's it.", frozenset({3})).stated
+    assert 3 not in ear.hear("Quick code, that's it.", frozenset({3})).stated
+    request = ear.hear("One minute: read me the code we just texted you.", frozenset({3}))
+    assert request.reading.credentials and 3 not in request.stated
 
 
 def test_pressure_and_credential_words_count_where_the_model_hears_a_fact_unless_they_are_the_facts_own(ear):
