@@ -115,6 +115,16 @@ def clauses_of_sentence(sentence: Clause) -> list[Clause]:
     return [_clause(part, sentence.question) for part in _CLAUSE.split(sentence.text) if tokens(part)]
 
 
+def number_words_at(words: Sequence[str], i: int) -> tuple[float, int]:
+    """The number said in words from words[i] ("seven hundred": 700) and the index after it (i: none there)."""
+    value, j = 0.0, i
+    while j < len(words) and words[j] in NUMBER_WORDS:
+        n = NUMBER_WORDS[words[j]]
+        value = max(value, 1.0) * n if n in (100, 1000) else value + n
+        j += 1
+    return value, j
+
+
 def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False, units: frozenset[str] = UNITS
                ) -> list[tuple[float, str]]:
     """(value, the next word's stem) for every quantity: digits always, number words ("seven hundred") only
@@ -127,11 +137,7 @@ def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False, units: fr
             found.append((float(words[i]), stem(words[i + 1]) if i + 1 < len(words) else ""))
             i += 1
             continue
-        value, j = 0.0, i
-        while j < len(words) and words[j] in NUMBER_WORDS:
-            n = NUMBER_WORDS[words[j]]
-            value = max(value, 1.0) * n if n in (100, 1000) else value + n
-            j += 1
+        value, j = number_words_at(words, i)
         if j > i:   # the unit next, or after one word ("four new books")
             unit = next((stem(w) for w in words[j:j + 2] if stem(w) in units), "")
             if unit:

@@ -40,6 +40,7 @@ from sead_ray.scenario.words import (
     Clause,
     clauses_of,
     content_words,
+    number_words_at,
     numbers_in,
     phrase,
     stem,
@@ -160,11 +161,7 @@ def values_in(clause: Clause) -> set[float]:
     while i < len(words):
         if words[i].isdigit():
             found.add(float(words[i]))
-        value, j = 0.0, i
-        while j < len(words) and words[j] in NUMBER_WORDS:
-            n = NUMBER_WORDS[words[j]]
-            value = max(value, 1.0) * n if n in (100, 1000) else value + n
-            j += 1
+        value, j = number_words_at(words, i)
         if j > i:
             found.add(value)
         i = max(j, i + 1)
