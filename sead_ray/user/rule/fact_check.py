@@ -292,7 +292,7 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
         if own_shares and shares and not any(abs(v - o) <= SHARE_TOLERANCE or abs(v - (100 - o)) <= SHARE_TOLERANCE
                                              for v in shares for o in own_shares):
             why.append(f"a share fact {k} does not state ({text})")
-        why += _swapped_thing(k, b, [c for c in said if c in alone[k]])
+        why += _swapped_thing(k, b, alone[k])
         periods = set().union(*(periods_in(c) for c in said))
         if b.periods and periods and not periods & b.periods:
             why.append(f"{'/'.join(sorted(periods))} where fact {k} says {'/'.join(sorted(b.periods))} ({text})")
