@@ -222,11 +222,10 @@ class SemanticEar:
                     veto = veto or f"{denied} (the kind probe heard {kind.label}, {kind.probability:.2f})"
                 else:
                     judged = Judged(Heard(kind.label), Prototype(kind.label, -1, "(kind probe)"), kind.probability)
-            if judged.heard is Heard.NOTHING and (judged.proto.label not in ANSWER_BLOCKERS
+            below_flag = judged.proto.label in FLAGS    # nearest a red flag, below its threshold
+            if judged.heard is Heard.NOTHING and (judged.proto.label not in ANSWER_BLOCKERS or below_flag
                                                    or judged.proto.label == "lie" and veto):
-                judged = self._expected_answer(clause, one, best, expecting, judged)
-            elif judged.heard is Heard.NOTHING and judged.proto.label in FLAGS:   # a red flag below its threshold
-                judged = self._expected_answer(clause, one, best, expecting, judged, terms_only=True)
+                judged = self._expected_answer(clause, one, best, expecting, judged, terms_only=below_flag)
             elif judged.heard is Heard.SMALL_TALK and any(one.states(k, 1) for k in expecting):   # "first week."
                 answer = self._expected_answer(clause, one, best, expecting, judged)
                 judged = answer if answer.heard is Heard.STATES else judged
