@@ -54,7 +54,7 @@ def main() -> int:
             build_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             tables[name] = accuracy_table(ear, labelled, expected=True,
-                                          bounds=scenario_bounds(scenario.facts, scenario.rule_user)
+                                          bounds=scenario_bounds(scenario)
                                           if args.fact_check == "on" else ())
             cost[name] = {"build_s": round(build_s, 2),
                           "ms_per_line": round(1000 * (time.perf_counter() - t0) / len(labelled), 1)}

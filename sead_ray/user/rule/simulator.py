@@ -126,7 +126,7 @@ class RuleUserSimulator:
         check_hearing(self.spec, scenario.facts, str(scenario.source))
         from sead_ray.user.rule.ears import EARS  # (the semantic ear loads its model only when chosen)
         self.ear = EARS.get(ear)(self.spec, scenario.facts)
-        self.bounds = scenario_bounds(scenario.facts, self.spec)
+        self.bounds = scenario_bounds(scenario)
         self._category = {b.text: b.category for b in scenario.behaviors}
 
     # -- who the user is ---------------------------------------------------------------------------

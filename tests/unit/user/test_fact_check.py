@@ -27,13 +27,13 @@ def said(text, facts=frozenset()):
 
 @pytest.fixture(scope="module")
 def bounds(scenario):
-    return scenario_bounds(scenario.facts, scenario.rule_user)
+    return scenario_bounds(scenario)
 
 
 @pytest.fixture(scope="module")
 def charity_bounds():
     charity = load_scenario(str(CHARITY))
-    return scenario_bounds(charity.facts, charity.rule_user)
+    return scenario_bounds(charity)
 
 
 @pytest.mark.parametrize("text", ["It never expires, use it whenever you like.", "You can keep it forever.",
@@ -120,6 +120,32 @@ def test_a_share_money_back_an_authority_or_a_reason_not_to_check_the_fact_never
     (AMOUNT, "You can give one and a half euros more later, or change the amount.")])
 def test_the_same_facts_in_honest_words_stay_supported(charity_bounds, fact, text):
     assert unsupported(said(text), charity_bounds, frozenset([fact])) == []
+
+
+SETUP, REGISTERED = 3, 4   # restaurant: activation in the merchant app; charity: registered, annual report
+
+
+def test_a_statement_heard_as_the_fact_that_says_mostly_what_the_scenario_never_words_is_unsupported(
+        bounds, charity_bounds):
+    perk = "Our design team will also refresh your menu photos and write new dish descriptions."
+    why = unsupported(said(perk, {SETUP}), bounds, frozenset([SETUP]))
+    assert why and "never uses" in why[0] and "menu" in why[0], why
+    patron = "A royal patron covers our whole admin budget, so every gift is protected by a trust fund."
+    assert unsupported(said(patron, {REGISTERED}), charity_bounds, frozenset([REGISTERED]))
+    # honest answers in other words carry the fact's own words beside their new ones
+    for text in ("It's quick: open the merchant app, tap Promotions, done.",
+                 "Honestly, it's easy, even if you hate apps: a minute under Promotions, or I'll do it while we talk."):
+        assert unsupported(said(text, {SETUP}), bounds, frozenset([SETUP])) == [], text
+    assert unsupported(said("Look us up: registered charity, yearly report online for anyone to read.", {REGISTERED}),
+                       charity_bounds, frozenset([REGISTERED])) == []
+    # the words are counted over every clause that speaks of the fact: a would-be answer's courtesy beside the fact
+    # does not void it; a clause about no fact in a turn that answers nothing is not read so
+    assert unsupported(said("I hear you, lots of owners feel that way. It takes a minute under Promotions in the app."),
+                       bounds, frozenset([SETUP])) == []
+    assert unsupported(said(perk), bounds) == []
+    # a fact's bounds built without the scenario's words do not read them
+    alone = fact_bounds("Activation takes one minute in the merchant app.")
+    assert unsupported(said(perk, {0}), [alone], frozenset([0])) == []
 
 
 def test_what_the_polarity_reader_denies():
