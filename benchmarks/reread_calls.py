@@ -8,7 +8,8 @@ no rerun of the figures built on those calls.
 
 Prints per dialogues file the calls replayed, those whose readings changed (any turn's state or decision), those
 whose reasons changed (what the ear recorded that it heard, `turns[].user_heard`, read the same way or not: a
-reshaping of the user must change none), and the first few changed turns with what the user hears now.
+reshaping of the user must change none), and the first few changed turns with what the user hears now (and the
+first few turns heard for other reasons, with both readings).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def main() -> int:
     out = {}
     for path in sorted((run / "dialogues").glob("*.jsonl")):
         calls = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        changed, reasons_changed, shown = 0, 0, []
+        changed, reasons_changed, shown, reasons_shown = 0, 0, [], []
         for call in calls:
             if call.get("error"):
                 continue
@@ -55,7 +56,12 @@ def main() -> int:
                 agent.append(turn["agent"])
                 now = sim.respond(UserRequest(call["dialogue_id"], i, profile, list(agent), list(user), seed=0))
                 before = (tuple(turn["user_state"][n] for n in names), turn["user_status"])
-                reasons_differ |= "user_heard" in turn and json.loads(json.dumps(now.heard)) != turn["user_heard"]
+                heard_now = json.loads(json.dumps(now.heard))
+                if "user_heard" in turn and heard_now != turn["user_heard"] and not reasons_differ:
+                    reasons_differ = True
+                    if len(reasons_shown) < args.show:
+                        reasons_shown.append({"call": call["dialogue_id"], "turn": i, "agent": turn["agent"],
+                                              "recorded": turn["user_heard"], "now": heard_now})
                 if (now.state, now.status) != before:
                     differs = True
                     if len(shown) < args.show:
@@ -66,12 +72,14 @@ def main() -> int:
             changed += differs
             reasons_changed += reasons_differ
         out[path.name] = {"calls": len(calls), "readings_changed": changed, "reasons_changed": reasons_changed,
-                          "first_changed_turns": shown}
+                          "first_changed_turns": shown, "first_turns_with_other_reasons": reasons_shown}
         print(f"{path.name}: {len(calls)} calls, {changed} read differently now, {reasons_changed} with other reasons"
               + (f" (first change: {shown[0]['call']} turn {shown[0]['turn']})" if shown else ""))
         for s in shown:
             print(f"  {s['call']} turn {s['turn']}: {s['agent']!r}\n    recorded {s['recorded']}, now {s['now']}: "
                   f"{s['heard']['verdict']}")
+        for s in reasons_shown:   # the same state and decision, heard for other reasons
+            print(f"  {s['call']} turn {s['turn']}: {s['agent']!r}\n    recorded {s['recorded']}\n    now      {s['now']}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
