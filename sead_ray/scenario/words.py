@@ -157,3 +157,16 @@ want were what when where which while will with would your yours yes okay well r
 def content_words(text: str) -> frozenset[str]:
     return frozenset(stem(w) for w in tokens(text) if (len(w) >= 4 or w.isdigit()) and w not in _STOP)
 
+
+# three-letter words that say nothing of a fact's content ("app", "fee", "ads" do)
+SHORT_FUNCTION_WORDS = frozenset("""the and you our for but not any can was are how who why its all get got has had his
+her one two off out yes now too way own new few let yet nor per via did may see say""".split())
+
+
+def word_keys(text: str) -> frozenset[str]:
+    """The words of a text that carry content, three-letter ones too ("app", "fee"), cut to five letters ("cancel" /
+    "cancelled"): what the rule user compares to tell whether a text uses a fact's or a scenario's words."""
+    words = tokens(text)
+    keys = set(content_words(text)) | {w for w in words if len(w) == 3 and w not in SHORT_FUNCTION_WORDS
+                                        and not w.isdigit()}
+    return frozenset(w[:5] for w in keys)

@@ -50,6 +50,7 @@ from sead_ray.scenario.words import (
     phrase,
     stem,
     tokens,
+    word_keys,
 )
 from sead_ray.user.rule.lexicon import lexicon_of
 
@@ -239,19 +240,7 @@ class FactBounds:
         return frozenset(u for _, u in self.quantities if u not in DURATIONS)
 
 
-# three-letter words that say nothing of a fact's content ("app", "fee", "ads" do)
-SHORT_FUNCTION_WORDS = frozenset("""the and you our for but not any can was are how who why its all get got has had his
-her one two off out yes now too way own new few let yet nor per via did may see say""".split())
 NOVEL_AT_LEAST, NOVEL_PER_OWN = 3, 3
-
-
-def word_keys(text: str) -> frozenset[str]:
-    """The words of a text that carry content, cut to five letters ("cancel" / "cancelled"), with adjacent words joined
-    too ("any time" / "anytime"): what `unsupported` compares to tell a scenario's words from new ones."""
-    words = tokens(text)
-    keys = set(content_words(text)) | {w for w in words if len(w) == 3 and w not in SHORT_FUNCTION_WORDS
-                                        and not w.isdigit()}
-    return frozenset(w[:5] for w in keys)
 
 
 def scenario_words(scenario: Any) -> frozenset[str]:

@@ -36,6 +36,7 @@ from sead_ray.scenario.words import (
     phrase,
     sentences_of,
     tokens,
+    word_keys,
 )
 from sead_ray.user.rule.ear_negation import denial, moneyless, negated_before
 from sead_ray.user.rule.ear_probe import KINDS, fit_probe, generic_sentences
@@ -136,8 +137,10 @@ class SemanticEar:
         self.embedder = embedder or SentenceEmbedder.shared()
         self.prototypes = prototypes_of(spec, facts)
         # per fact, the words of its own sentences: pressure or credential words there are the fact's, not the caller's
-        self.fact_words = [frozenset(phrase(" ".join(p.text for p in self.prototypes if p.label == "fact" and p.fact == k)))
-                           for k in range(len(facts))]
+        fact_texts = [" ".join(p.text for p in self.prototypes if p.label == "fact" and p.fact == k)
+                      for k in range(len(facts))]
+        self.fact_words = [frozenset(phrase(text)) for text in fact_texts]
+        self.fact_keys = [word_keys(text) for text in fact_texts]
         self.matrix = self.embedder.embed([p.text for p in self.prototypes])
         examples, own = probe_examples(self.prototypes)
         self.probe = fit_probe(self.embedder, examples, own, settings.probe_own_weight)
@@ -309,7 +312,10 @@ class SemanticEar:
         for k in sorted(expecting, key=lambda f: -best.get(("fact", f), -1.0)):
             true_sim = best.get(("fact", k), -1.0)
             as_fact = Prototype("fact", k, nearest.proto.text)
-            if not terms_only and true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin:
+            # by meaning alone only in one of the fact's own words: "I recommend using the promo code 700-YUANMEDIA" was
+            # 0.36 from the identity check's claims and taken as it (a training call, docs/results.md)
+            if not terms_only and true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin \
+                    and word_keys(clause.text) & self.fact_keys[k]:
                 return Judged(Heard.STATES, as_fact, true_sim, "the answer asked for")
             # the lexicon reads the asked fact's own terms with their polarity ("Check via customer service."), where
             # the model, on a few words, is nearer a lie or below the threshold

@@ -69,6 +69,11 @@ def test_an_answer_to_the_question_asked_is_heard_more_readily(ear):
     assert 3 not in ear.hear("Quick code, that's it.", frozenset({3})).stated
     request = ear.hear("One minute: read me the code we just texted you.", frozenset({3}))
     assert request.reading.credentials and 3 not in request.stated
+    # by its meaning alone, the asked fact is heard only in one of its own words: a made-up offer 0.36 from the
+    # identity check's claims (a training call of seed 2) is no answer to "How do I know you are really from the
+    # platform?"; the same check in other words still is
+    assert 6 not in ear.hear("I recommend using the promo code 700-YUANMEDIA.", frozenset({6})).stated
+    assert 6 in ear.hear("Ring the official support line and they'll confirm it's me.", frozenset({6})).stated
 
 
 def test_pressure_and_credential_words_count_where_the_model_hears_a_fact_unless_they_are_the_facts_own(ear):
