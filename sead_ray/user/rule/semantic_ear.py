@@ -312,8 +312,8 @@ class SemanticEar:
         for k in sorted(expecting, key=lambda f: -best.get(("fact", f), -1.0)):
             true_sim = best.get(("fact", k), -1.0)
             as_fact = Prototype("fact", k, nearest.proto.text)
-            # by meaning alone only in one of the fact's own words: "I recommend using the promo code 700-YUANMEDIA" was
-            # 0.36 from the identity check's claims and taken as it (a training call, docs/results.md)
+            # by meaning alone only in one of the fact's own words: "I recommend using the promo code 700-YUANMEDIA", made
+            # up in a training call, is 0.36 from the identity check's claims and was heard as that check when asked
             if not terms_only and true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin \
                     and word_keys(clause.text) & self.fact_keys[k]:
                 return Judged(Heard.STATES, as_fact, true_sim, "the answer asked for")
