@@ -251,8 +251,9 @@ def scenario_words(scenario: Any) -> frozenset[str]:
              scenario.call_opening, spec.opening, spec.ask, *(c for f in spec.facts for c in f.claims),
              *(t for q in (spec.identity, spec.offer) for t in (*q.terms, *q.claims, *q.say)),
              *(line for c in spec.concerns for line in c.say)]
-    joined = [f"{a}{b}" for text in texts for a, b in zip(tokens(text), tokens(text)[1:])]
-    return frozenset().union(*(word_keys(t) for t in texts)) | {j[:5] for j in joined}
+    words = [tokens(text) for text in texts]
+    joined = {f"{a}{b}"[:5] for ws in words for a, b in zip(ws, ws[1:])}   # "any time" -> "anytime"
+    return frozenset().union(*(word_keys(t) for t in texts)) | joined
 
 
 def fact_bounds(fact: str, claims: Sequence[str] = (), units: frozenset[str] = UNITS,

@@ -309,13 +309,14 @@ class SemanticEar:
         s = self.settings
         if one.lie or clause.question:
             return nearest._replace(heard=Heard.NOTHING)
+        keys = word_keys(clause.text)
         for k in sorted(expecting, key=lambda f: -best.get(("fact", f), -1.0)):
             true_sim = best.get(("fact", k), -1.0)
             as_fact = Prototype("fact", k, nearest.proto.text)
             # by meaning alone only in one of the fact's own words: "I recommend using the promo code 700-YUANMEDIA", made
             # up in a training call, is 0.36 from the identity check's claims and was heard as that check when asked
             if not terms_only and true_sim >= s.expected and true_sim - best.get(("lie", k), -1.0) >= s.fact_margin \
-                    and word_keys(clause.text) & self.fact_keys[k]:
+                    and keys & self.fact_keys[k]:
                 return Judged(Heard.STATES, as_fact, true_sim, "the answer asked for")
             # the lexicon reads the asked fact's own terms with their polarity ("Check via customer service."), where
             # the model, on a few words, is nearer a lie or below the threshold
