@@ -30,19 +30,17 @@ $(MODELS): $(STAMP)
 # not inside the first training step. Cached in ~/.cache/torch_extensions, built with the same ninja as the
 # training ranks use (actors/ds_ops.py).
 $(DSOPS): $(STAMP)
-	$(PY) -c "from actors.ds_ops import own_ninja_first; own_ninja_first(); \
-		from deepspeed.comm.torch import build_shm_op; assert build_shm_op() is not None"
+	timeout 900 $(PY) -c "from actors.ds_ops import build_collective_op; assert build_collective_op()"
 	touch $(DSOPS)
 
-# After the install, the model preparation and DeepSpeed's op build need nothing of each other: `make demo`
-# and `make test` run them side by side (-j), and the system packages' apt-get (mostly downloads) beside
-# the whole Python setup (mostly CPU).
+# One step after another: a CI run once stalled for its whole budget inside the side-by-side (-j) setup
+# ("wait: No child processes"), and the network and compile steps are bounded by `timeout` so that a stalled
+# mirror or build fails in minutes, saying where.
 setup: $(STAMP) $(MODELS) $(DSOPS)
-SIDE_BY_SIDE := $(MAKE) --no-print-directory -j3 --output-sync=target
 
 # A second `make demo` resumes runs/demo (and does nothing more once it has finished).
 demo:
-	@$(SIDE_BY_SIDE) setup
+	@$(MAKE) --no-print-directory setup
 	@if [ -e runs/demo/config.yaml ]; then \
 		$(VENV)/bin/sead-ray train --resume runs/demo; \
 	else \
@@ -60,13 +58,13 @@ SYSTEM_PACKAGES := prometheus chromium
 system-packages:
 	@missing="$$(for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null || echo $$p; done)"; \
 	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		$$missing >/dev/null) || echo "not installed: $$missing (tests that need them will say so)"; }
+		(timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 1200 apt-get install -y -qq \
+		--no-install-recommends $$missing >/dev/null) || echo "not installed: $$missing (tests that need them will say so)"; }
 
 prometheus chromium: system-packages
 
 test:
-	@$(SIDE_BY_SIDE) setup system-packages
+	@$(MAKE) --no-print-directory setup system-packages
 	@$(MAKE) --no-print-directory lint
 	$(VENV)/bin/python -m pytest -q --durations=30
 

@@ -47,10 +47,13 @@ class RankWorker:
     """Everything one training rank holds: the DeepSpeed engine(s); each request is one method."""
 
     def __init__(self, settings: TrainerSettings):
-        from actors.ds_ops import own_ninja_first
-        own_ninja_first()
-        import deepspeed
         import torch
+
+        from actors.ds_ops import build_collective_op, own_ninja_first
+        own_ninja_first()
+        if not torch.cuda.is_available():   # before init_distributed, which would build it under torch's lock only
+            build_collective_op()
+        import deepspeed
         import torch.distributed as dist
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.integrations import HfDeepSpeedConfig
