@@ -23,8 +23,10 @@ statement clause: it speaks of the asked fact) is held to that fact's own senten
   words it carries. A perk, partner or authority the fact never names has no number or absolute to catch; an honest
   paraphrase carries the fact's own words (measured on the ear lines: docs/results.md);
 - **polarity**: a word the fact's sentences only deny, asserted ("It is a contract" where they say "There is no
-  contract"). Not the other way round: a word they state, denied, is mostly an honest answer's own negation ("we don't
-  take any money" beside "activation takes one minute"; measured on the ear lines, docs/results.md).
+  contract"). The other way round only in a contrast, "X, not Y" / "instead of Y" / "rather than Y" ("It shows on our
+  website, not in the app" where the ads appear in the app): a word they state, denied anywhere, is mostly an honest
+  answer's own negation ("we don't take any money" beside "activation takes one minute"; measured on the ear lines,
+  docs/results.md).
 
 A turn with such a clause is `unsupported`: it answers nothing (the user asks again, as after an evasion), and the
 lie's own cost applies only where its ear also hears a lie. Where a fact states none of these, the ear's own margin
@@ -215,6 +217,35 @@ def polarity_words(clause: Clause) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(asserted), frozenset(denied)
 
 
+CONTRASTS = (("not",), ("instead", "of"), ("rather", "than"))
+# "not any number I give you", "not all of it", "not only free", "not just clicks": emphasis or more, not a contrast
+NOT_A_CONTRAST = frozenset("any all only just one single every even".split())
+
+
+def contrasted_words(clause: Clause) -> frozenset[str]:
+    """The word keys (word_keys) a contrast sets aside: what follows a clause that opens with "not" (the "not Y" of
+    "X, not Y": "It starts today, not from when you activate it") or "instead of" / "rather than" anywhere. Numbers
+    and durations are the quantity checks' ("per click, not per day")."""
+    words = clause.words
+    opens = words[:1] == ("not",) and words[1:2] != () and words[1] not in NOT_A_CONTRAST and words[1:3] != ("a", "single")
+    starts = [1] if opens else []
+    starts += [i + len(c) for c in CONTRASTS[1:] for i in range(1, len(words)) if words[i:i + len(c)] == c]
+    keys = frozenset().union(*(word_keys(" ".join(words[start:])) for start in starts))
+    return frozenset(k for k in keys if not k.isdigit() and k not in _DURATION_KEYS)
+
+
+_DURATION_KEYS = frozenset(u[:5] for u in DURATIONS)
+
+
+def stated_words(clauses: Sequence[Clause]) -> frozenset[str]:
+    """The word keys the clauses state outside every negation's reach and never within one."""
+    outside, within = set(), set()
+    for clause in clauses:
+        for i, w in enumerate(clause.words):
+            (within if clause.negated_at(i) else outside).update(word_keys(w))
+    return frozenset(outside - within)
+
+
 def _content(word: str) -> bool:
     return bool(content_words(word)) and word not in NEGATIONS | SCOPED_NEGATIONS
 
@@ -227,6 +258,7 @@ class FactBounds:
     calendar: frozenset[str]
     periods: frozenset[str]
     denied: frozenset[str] = frozenset()     # content words its sentences deny and never state (polarity_words)
+    stated: frozenset[str] = frozenset()     # word keys its sentences state and never deny (stated_words)
     counted: frozenset[str] = UNITS          # the units a number word counts in (lexicon.Lexicon.units)
     own: frozenset[str] = frozenset()        # its sentences' words (word_keys)
     known: frozenset[str] = frozenset()      # every word of the scenario's caller-side text and the user's questions
@@ -268,7 +300,8 @@ def fact_bounds(fact: str, claims: Sequence[str] = (), units: frozenset[str] = U
                       frozenset(q for q in numbers_in(fact, unnumbered=True, units=units) if q[1] in units),
                       frozenset(w for c in clauses for w in c.words if w in CALENDAR),
                       frozenset(p for c in clauses for p in periods_in(c)),
-                      denied - asserted, units, frozenset().union(*(word_keys(t) for t in (fact, *claims))), known)
+                      denied - asserted, stated_words(clauses), units,
+                      frozenset().union(*(word_keys(t) for t in (fact, *claims))), known)
 
 
 def scenario_bounds(scenario: Any) -> list[FactBounds]:
@@ -302,6 +335,8 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
         asserted = polarity_words(clause)[0]
         why += [f"{w!r} stated where fact {k} denies it ({clause.text!r})"
                 for k in sorted(facts) for w in sorted(asserted & bounds[k].denied)]
+        why += [f"{w!r} set aside where fact {k} states it ({clause.text!r})"
+                for k in sorted(facts) for w in sorted(contrasted_words(clause) & bounds[k].stated)]
     for k, said in sorted(speaking.items()):
         b, text = bounds[k], " / ".join(repr(c.text) for c in said)
         stated = [q for c in said for q in quantities_in(c, b.counted)]

@@ -19,6 +19,7 @@ from tests.unit.user.test_rule_user import CHARITY, respond
 VALIDITY = "Asks about the validity period of the trial credit"    # raises the restaurant's `validity` concern
 EXPIRY, VIEWS = 1, 5                                                   # restaurant facts: 30 days; the first week
 CANCEL, IMPACT, TAX, AMOUNT = 1, 2, 3, 5  # charity facts: no fee; 89 percent; January; 3 euros
+SETUP, REGISTERED = 3, 4   # restaurant: activation in the merchant app; charity: registered, annual report
 
 
 def said(text, facts=frozenset()):
@@ -102,6 +103,23 @@ def test_a_word_the_fact_only_denies_stated_is_unsupported(charity_bounds):
         assert unsupported(said(honest), b, frozenset([CANCEL])) == [], honest
 
 
+def test_a_contrast_that_sets_aside_what_the_fact_states_is_unsupported(bounds, charity_bounds):
+    """"X, not Y" where the fact says Y (found in the eighth set of ear lines: "It only shows on our website, not in
+    the app.", heard as where the ads appear)."""
+    where, verify = 2, 6   # restaurant: ads in the app, search and nearby page; the service number in the app
+    why = unsupported(said("You'll find it on our website, not in the app."), bounds, frozenset([where]))
+    assert why == ["'app' set aside where fact 2 states it ('not in the app.')"]
+    assert unsupported(said("The month begins today, not when you activate it."), bounds, frozenset([EXPIRY]))
+    assert unsupported(said("It's run by a company rather than a registered charity."), charity_bounds,
+                       frozenset([REGISTERED]))
+    # emphasis ("not any", "not just", "not a single") and another rate or duration are no contrast with the fact
+    for fact, honest in ((EXPIRY, "It's charged by the click, not by the day."),
+                         (verify, "Call the number shown in the merchant app, not any number I read out."),
+                         (EXPIRY, "Thirty days, and it's spent on clicks, not just on anything."),
+                         (where, "It shows in the app, not a single cent from you.")):
+        assert unsupported(said(honest), bounds, frozenset([fact])) == [], honest
+
+
 @pytest.mark.parametrize("fact,text", [
     (IMPACT, "About half goes to the clubs, the rest funds our campaigns."),
     (IMPACT, "It goes straight to the clubs, and anything left over is refunded to you."),
@@ -122,7 +140,6 @@ def test_the_same_facts_in_honest_words_stay_supported(charity_bounds, fact, tex
     assert unsupported(said(text), charity_bounds, frozenset([fact])) == []
 
 
-SETUP, REGISTERED = 3, 4   # restaurant: activation in the merchant app; charity: registered, annual report
 
 
 def test_a_statement_heard_as_the_fact_that_says_mostly_what_the_scenario_never_words_is_unsupported(
