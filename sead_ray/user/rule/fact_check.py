@@ -103,10 +103,12 @@ PERIODIC = {"daily": "day", "weekly": "week", "monthly": "month", "quarterly": "
             "annual": "year", "annually": "year"}
 _GROUPS = {name: tuple(phrase(p) for p in items) for name, items in ABSOLUTES.items()}
 # A negation whose scope is the content word right after it (past at most three of the skipped words): "there is no
-# contract", "it is not a contract", "you can never stop". Narrow on purpose: "No, you can cancel" is an answer, "costs
-# nothing to cancel" and "not just books" deny nothing the polarity check should read.
-SCOPED_NEGATIONS = frozenset("no not never without cannot".split())
+# contract", "it is not a contract", "you can never stop", "nothing is charged", "nothing renews". Narrow on purpose:
+# "No, you can cancel" is an answer, "costs nothing to cancel" and "not just books" deny nothing the polarity check
+# should read.
+SCOPED_NEGATIONS = frozenset("no not never without cannot nothing".split())
 NEGATION_SKIPS = frozenset("a an the any be been being to get ever even so at all".split())
+NOTHING_SKIPS = frozenset("is are will be gets ever".split())   # not "to": "costs nothing to cancel"
 # "not just books", "no longer", "don't have to give": no denial of the word that follows
 NOT_A_DENIAL = frozenset("only just merely longer matter doubt problem worries worry have has need needs".split())
 
@@ -207,8 +209,8 @@ def polarity_words(clause: Clause) -> tuple[frozenset[str], frozenset[str]]:
     for i, w in enumerate(words):
         if w not in SCOPED_NEGATIONS or (w == "no" and i + 1 < len(words) and not _content(words[i + 1])):
             continue   # "no" denies only the word right after it: "No, you can cancel" answers
-        j = i + 1
-        while j < len(words) and j <= i + 3 and words[j] in NEGATION_SKIPS:
+        j, skips = i + 1, NOTHING_SKIPS if w == "nothing" else NEGATION_SKIPS
+        while j < len(words) and j <= i + 3 and words[j] in skips:
             j += 1
         if j < len(words) and words[j] not in NOT_A_DENIAL and _content(words[j]):
             denied.add(stem(words[j]))

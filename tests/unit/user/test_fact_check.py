@@ -170,6 +170,8 @@ def test_what_the_polarity_reader_denies():
         return [sorted(polarity_words(c)[1]) for c in clauses_of(text)]
     assert denied("There is no contract.") == [["contract"]] and denied("It is not a contract.") == [["contract"]]
     assert denied("Once you start you cannot stop.") == [["stop"]]
+    assert denied("After the trial nothing is charged.") == [["charged"]] and denied("Nothing renews.") == [["renew"]]
+    assert denied("It costs nothing to cancel.") == [[]]
     # an interjection, an obligation, "not just", "costs nothing": no word denied
     assert denied("No, you can cancel.") == [[], []]
     assert denied("You don't have to give 10 euros, not just books, it costs nothing to cancel.") == [[], [], []]
