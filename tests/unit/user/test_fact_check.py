@@ -5,14 +5,8 @@ import pytest
 
 from sead_ray.scenario.scenario import load_scenario
 from sead_ray.scenario.words import clauses_of
-from sead_ray.user.rule.fact_check import (
-    absolutes_in,
-    fact_bounds,
-    polarity_words,
-    quantities_in,
-    scenario_bounds,
-    unsupported,
-)
+from sead_ray.user.rule.clause_claims import absolutes_in, polarity_words, quantities_in
+from sead_ray.user.rule.fact_check import fact_bounds, scenario_bounds, unsupported
 from sead_ray.user.rule.simulator import RuleUserSimulator
 from tests.unit.user.test_rule_user import CHARITY, respond
 
@@ -112,6 +106,11 @@ def test_a_contrast_that_sets_aside_what_the_fact_states_is_unsupported(bounds, 
     assert unsupported(said("The month begins today, not when you activate it."), bounds, frozenset([EXPIRY]))
     assert unsupported(said("It's run by a company rather than a registered charity."), charity_bounds,
                        frozenset([REGISTERED]))
+    # a fact's own contrast sets its words aside, not states them: the fact verbatim stays supported
+    price = "The loyalty price is 29 euros a month instead of the standard 35 euros."
+    assert unsupported(said(price), [fact_bounds(price)], frozenset([0])) == []
+    assert unsupported(said("It is 29 euros instead of the gym's fee."), [fact_bounds(price + " No fee.")],
+                       frozenset([0])) == []
     # emphasis ("not any", "not just", "not a single") and another rate or duration are no contrast with the fact
     for fact, honest in ((EXPIRY, "It's charged by the click, not by the day."),
                          (verify, "Call the number shown in the merchant app, not any number I read out."),
