@@ -30,7 +30,7 @@ $(MODELS): $(STAMP)
 # not inside the first training step. Cached in ~/.cache/torch_extensions, built with the same ninja as the
 # training ranks use (actors/ds_ops.py).
 $(DSOPS): $(STAMP)
-	timeout 900 $(PY) -c "from actors.ds_ops import build_collective_op; assert build_collective_op()"
+	timeout 600 $(PY) -c "from actors.ds_ops import build_collective_op; assert build_collective_op()"
 	touch $(DSOPS)
 
 # One step after another: a CI run once stalled for its whole budget inside the side-by-side (-j) setup
@@ -58,7 +58,7 @@ SYSTEM_PACKAGES := prometheus chromium
 system-packages:
 	@missing="$$(for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null || echo $$p; done)"; \
 	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		(timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 1200 apt-get install -y -qq \
+		(timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq \
 		--no-install-recommends $$missing >/dev/null) || echo "not installed: $$missing (tests that need them will say so)"; }
 
 prometheus chromium: system-packages
