@@ -79,10 +79,13 @@ NOT_A_DENIAL = frozenset("only just merely longer matter doubt problem worries w
 
 def absolutes_in(clause: Clause) -> dict[str, str]:
     """The absolute groups a clause uses, not denied ("it does not last forever"): group -> the words."""
-    excluded = {i for term in NOT_ABSOLUTE for i in clause.find(term)}
+    present = set(clause.stems)   # a term with a word the clause lacks cannot occur: most are skipped at once
+    excluded = {i for term in NOT_ABSOLUTE if present.issuperset(term) for i in clause.find(term)}
     found = {}
     for name, terms in _GROUPS.items():
         for term in terms:
+            if not present.issuperset(term):
+                continue
             hits = [i for i in clause.find(term) if i not in excluded
                     and (name in EMPHASIS or term[0] in NEGATIONS or not clause.negated_at(i))
                     and not (term == ("every", "single") and i + 2 < len(clause.stems) and clause.stems[i + 2] in PERIODS)]
