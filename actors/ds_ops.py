@@ -27,11 +27,11 @@ SHM_OP = "deepspeed_shm_comm"   # DeepSpeed's ShareMemCommBuilder.NAME
 
 
 def clear_stale_build_locks(build_root: Path, op_name: str = SHM_OP) -> list[Path]:
-    """Under a lock that the kernel drops with its holder, remove torch's build lock of `op_name` if one is
-    left: torch's is a plain file, so a rank killed mid-build (a run stopped at that moment) leaves it behind
-    and every later run waits on it forever (seen: a run hung at start, its trainer idle, after an earlier
-    run was killed while rebuilding the op). Every builder of ours takes this lock first, so a torch lock
-    found under it has no live holder. Returns the locks removed; the caller builds before releasing."""
+    """Remove torch's build lock of `op_name` if one is left (call it holding `build_lock`). torch's is a plain
+    file, so a rank killed mid-build (a run stopped at that moment) leaves it behind and every later run waits on
+    it forever (seen: a run hung at start, its trainer idle, after an earlier run was killed while rebuilding the
+    op). Every builder of ours takes `build_lock` first, so a torch lock found under it has no live holder.
+    Returns the locks removed; the caller builds before releasing."""
     removed = []
     for stale in sorted(build_root.glob(f"*/{op_name}/lock")):
         stale.unlink(missing_ok=True)
@@ -41,6 +41,7 @@ def clear_stale_build_locks(build_root: Path, op_name: str = SHM_OP) -> list[Pat
 
 @contextlib.contextmanager
 def build_lock(build_root: Path) -> Iterator[None]:
+    """Our builders' lock: one at a time, and the kernel drops it with its holder."""
     build_root.mkdir(parents=True, exist_ok=True)
     with open(build_root / "sead-ray-build.flock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)   # released when the file closes or its process dies
