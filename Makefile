@@ -55,11 +55,18 @@ lint: $(STAMP)
 # reason) and Chromium for the browser test of `sead-ray view` (tests/system/test_view.py; Playwright drives
 # /usr/bin/chromium, its own browser download is not used; elsewhere that test fails and says how to install it).
 SYSTEM_PACKAGES := prometheus chromium
+# Installed for their binaries only: no service is started (a policy-rc.d saying no, where none is), and apt's output
+# goes to a log, so that nothing it starts holds this make's output open after it ends.
+APT_LOG := $${TMPDIR:-/tmp}/sead-ray-apt.log
 system-packages:
 	@missing="$$(for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null || echo $$p; done)"; \
-	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && { \
+		policy=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && \
+			chmod +x /usr/sbin/policy-rc.d && policy=1; }; \
 		(timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq \
-		--no-install-recommends $$missing >/dev/null) || echo "not installed: $$missing (tests that need them will say so)"; }
+		--no-install-recommends $$missing) </dev/null >$(APT_LOG) 2>&1; ok=$$?; \
+		[ -z "$$policy" ] || rm -f /usr/sbin/policy-rc.d; [ $$ok = 0 ]; } || \
+		{ echo "not installed: $$missing (tests that need them will say so; apt's log: $(APT_LOG))"; tail -5 $(APT_LOG) 2>/dev/null; }; }
 
 prometheus chromium: system-packages
 
