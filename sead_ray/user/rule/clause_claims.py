@@ -189,6 +189,7 @@ def polarity_words(clause: Clause) -> tuple[frozenset[str], frozenset[str]]:
 CONTRASTS = (("not",), ("instead", "of"), ("rather", "than"))
 # "not any number I give you", "not all of it", "not only free", "not just clicks": emphasis or more, not a contrast
 NOT_A_CONTRAST = frozenset("any all only just one single every even".split())
+_UNIT_KEYS = frozenset(u[:5] for u in UNITS)   # units as word_keys cuts them
 
 
 def contrasted_words(clause: Clause) -> frozenset[str]:
@@ -201,9 +202,6 @@ def contrasted_words(clause: Clause) -> frozenset[str]:
     starts += [i + len(c) for c in CONTRASTS[1:] for i in range(1, len(words)) if words[i:i + len(c)] == c]
     keys = frozenset().union(*(word_keys(" ".join(words[start:])) for start in starts))
     return frozenset(k for k in keys if not k.isdigit() and k not in _UNIT_KEYS)
-
-
-_UNIT_KEYS = frozenset(u[:5] for u in UNITS)
 
 
 def stated_words(clauses: Sequence[Clause]) -> frozenset[str]:

@@ -137,11 +137,11 @@ def unsupported(clauses: Sequence[tuple[Clause, frozenset[int]]], bounds: Sequen
         allowed = frozenset().union(*(bounds[k].absolutes for k in facts))
         why += [f"{words!r}, which {_facts(facts)} never says ({clause.text!r})"
                 for group, words in absolutes_in(clause).items() if group not in allowed]
-        asserted = polarity_words(clause)[0]
+        asserted, set_aside = polarity_words(clause)[0], contrasted_words(clause)
         why += [f"{w!r} stated where fact {k} denies it ({clause.text!r})"
                 for k in sorted(facts) for w in sorted(asserted & bounds[k].denied)]
         why += [f"{w!r} set aside where fact {k} states it ({clause.text!r})"
-                for k in sorted(facts) for w in sorted(contrasted_words(clause) & bounds[k].stated)]
+                for k in sorted(facts) for w in sorted(set_aside & bounds[k].stated)]
     for k, said in sorted(speaking.items()):
         b, text = bounds[k], " / ".join(repr(c.text) for c in said)
         stated = [q for c in said for q in quantities_in(c, b.counted)]
