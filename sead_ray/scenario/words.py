@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
-# clause breaks: commas, semicolons, colons, spaced or long dashes, "but"
-_CLAUSE = re.compile(r"[,;:()]|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\bbut\b")
+# clause breaks: commas (not one that groups a number's digits, "1,700"), semicolons, colons, spaced or long dashes, "but"
+_CLAUSE = re.compile(r"(?<!\d),|,(?!\d{3}(?!\d))|[;:()]|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\bbut\b")
+_DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")   # "1,700 yuan" is 1700 yuan, not 1 and 700 yuan
 NEGATIONS = frozenset("no not never without nothing none nobody neither nor zero".split())
 NEGATION_WINDOW = 5      # a negation counts for a term among this many words before it ("won't need to link a bank card")
 NEGATION_STOPS = frozenset("and so because if when then".split())   # ... not past these ("no deposit and it's free")
@@ -26,8 +27,10 @@ SUBJECTS = frozenset("i you we it they he she there this that these those the yo
 PRONOUNS = frozenset("i you we it they he she".split())
 SELF = frozenset("i me my we our us this".split())     # "this is Lin", "I'm calling from", "we are"
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
-                "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
-                "fifty": 50, "sixty": 60, "ninety": 90, "hundred": 100, "thousand": 1000}
+                "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+                "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+                "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000,
+                "million": 1000000}
 # Units a number word must be followed by to count as a claimed quantity ("one minute", not "one question"): time,
 # shares and money here; a domain's countable things ("ten books", "500 clicks") in its scenario's `rule_user.units`.
 UNITS = frozenset("second minute hour day week month year time percent euro dollar yuan pound cent".split())
@@ -41,8 +44,9 @@ def stem(word: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-case word tokens, "n't" read as "not" and hyphens as spaces ("700-yuan" -> 700 yuan)."""
-    return _TOKEN.findall(re.sub(r"n['\u2019]t\b", " not", text.lower()))
+    """Lower-case word tokens, "n't" read as "not", hyphens as spaces ("700-yuan" -> 700 yuan) and a number's digits
+    whole ("1,700" -> 1700)."""
+    return _TOKEN.findall(re.sub(r"n['\u2019]t\b", " not", _DIGIT_GROUP.sub("", text.lower())))
 
 
 def phrase(text: str) -> tuple[str, ...]:
@@ -116,13 +120,24 @@ def clauses_of_sentence(sentence: Clause) -> list[Clause]:
 
 
 def number_words_at(words: Sequence[str], i: int) -> tuple[float, int]:
-    """The number said in words from words[i] ("seven hundred": 700) and the index after it (i: none there)."""
-    value, j = 0.0, i
-    while j < len(words) and words[j] in NUMBER_WORDS:
+    """The number said in words from words[i] ("seven hundred": 700; "two thousand five hundred and ten": 2510) and
+    the index after it (i: none there)."""
+    total, current, j = 0.0, 0.0, i
+    while j < len(words):
+        if words[j] == "and" and j > i and words[j - 1] in ("hundred", "thousand", "million") \
+                and j + 1 < len(words) and words[j + 1] in NUMBER_WORDS:   # "one hundred and twenty"
+            j += 1
+        if words[j] not in NUMBER_WORDS:
+            break
         n = NUMBER_WORDS[words[j]]
-        value = max(value, 1.0) * n if n in (100, 1000) else value + n
+        if n == 100:
+            current = max(current, 1.0) * n
+        elif n > 100:
+            total, current = total + max(current, 1.0) * n, 0.0
+        else:
+            current += n
         j += 1
-    return value, j
+    return total + current, j
 
 
 def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False, units: frozenset[str] = UNITS
