@@ -32,7 +32,9 @@ ABSOLUTES: dict[str, tuple[str, ...]] = {
                  "every penny", "all of the money", "all the money", "all of your money"),
     "certain": ("guarantee", "guaranteed", "certainly", "definitely", "for sure", "100 percent", "without fail",
                 "no risk", "risk free", "zero risk", "always work", "never fail", "cannot fail"),
-    "multiplied": ("double", "doubled", "triple", "tripled", "twice as", "times more", "time as many"),
+    "multiplied": ("double", "doubled", "triple", "tripled", "twice", "times more", "time as many"),
+    # something happening with no act of the user's, which the fact does not say ("it pauses itself automatically")
+    "automatic": ("automatically", "automatic", "by itself", "by themselves", "on its own", "tops itself"),
     "first": ("the very first", "very first", "number one", "top spot", "right at the top", "first place"),
     "ever": ("nobody ever", "no one ever", "nothing ever", "never ever", "not ever"),
     # a restriction the fact does not make ("can only be turned on through our website", "only for major donors")
@@ -54,6 +56,9 @@ ABSOLUTES: dict[str, tuple[str, ...]] = {
 }
 # a group that is itself emphasis on a negation ("nobody ever"): no negation denies it
 EMPHASIS = frozenset({"ever"})
+# a group any negation before it in the clause denies, however far ("it doesn't roll into a paid plan by itself"), or
+# "any" right before it ("no deposit, no card or any automatic renewal")
+DENIED_FROM_AFAR = frozenset({"automatic"})
 # ... but not in these words ("double-check"; "only if you agree" is a condition, not a restriction)
 NOT_ABSOLUTE = tuple(phrase(p) for p in ("double check", "double checking", "only if", "only with", "only when",
                                          "only after", "only once"))
@@ -88,11 +93,16 @@ def absolutes_in(clause: Clause) -> dict[str, str]:
                 continue
             hits = [i for i in clause.find(term) if i not in excluded
                     and (name in EMPHASIS or term[0] in NEGATIONS or not clause.negated_at(i))
+                    and not (name in DENIED_FROM_AFAR and _denied_from_afar(clause, i))
                     and not (term == ("every", "single") and i + 2 < len(clause.stems) and clause.stems[i + 2] in PERIODS)]
             if hits:
                 found[name] = " ".join(term)
                 break
     return found
+
+
+def _denied_from_afar(clause: Clause, i: int) -> bool:
+    return bool(set(clause.words[:i]) & NEGATIONS) or clause.words[i - 1:i] == ("any",)
 
 
 # a share said in words, as a percentage ("about half goes to the clubs"; "nine tenths" of 89 percent is near enough:

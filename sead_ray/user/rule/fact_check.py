@@ -7,9 +7,9 @@ statement clause: it speaks of the asked fact) is held to that fact's own senten
 `claims` of it):
 
 - **absolutes** the fact never uses ("forever", "never expires", "unlimited", "everyone", "guaranteed", "double",
-  "the very first", "only through ...", "everywhere", an authority that vouches ("endorsed by the ministry"), money
-  coming back ("refunded to you"), a reason not to check ("trust me", "no point calling"); generic English, by group,
-  so that a claim "You keep it for life." allows "forever");
+  "twice", "the very first", "only through ...", "everywhere", "automatically" (no act of the user's), an authority
+  that vouches ("endorsed by the ministry"), money coming back ("refunded to you"), a reason not to check ("trust
+  me", "no point calling"); generic English, by group, so that a claim "You keep it for life." allows "forever");
 - **quantities** of a kind the fact states (a duration, an amount in its unit), none of them the fact's: "a year"
   where it says 30 days ("a month" is 30 days, "a full year" a year); a share in words ("about half") far from the
   fact's percentage; a duration no fact states;

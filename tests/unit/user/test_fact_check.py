@@ -4,7 +4,7 @@ again, as after an evasion."""
 import pytest
 
 from sead_ray.scenario.scenario import load_scenario
-from sead_ray.scenario.words import clauses_of
+from sead_ray.scenario.words import clauses_of, numbers_in
 from sead_ray.user.rule.clause_claims import absolutes_in, polarity_words, quantities_in
 from sead_ray.user.rule.fact_check import fact_bounds, scenario_bounds, unsupported
 from sead_ray.user.rule.simulator import RuleUserSimulator
@@ -185,6 +185,42 @@ def test_what_the_reader_counts():
     assert quantities_in(clauses_of("for a full year")[0]) == [(1.0, "year")]
     assert quantities_in(clauses_of("10 euros a month")[0]) == [(10.0, "euro")]       # a rate, not a duration
     assert quantities_in(clauses_of("you do not need 10 euros")[0]) == []              # denied, not claimed
+
+
+def test_numbers_are_read_whole_in_digits_and_in_words():
+    def amounts(text):
+        return [numbers_in(c) for c in clauses_of(text)]
+    # a digit group is one number and no clause break ("1,700 yuan" was read as 700 yuan: the fact's own amount)
+    assert amounts("Free credit of 1,700 yuan, no deposit.") == [[(1700.0, "yuan")], []]
+    assert amounts("One, 700 yuan.") == [[], [(700.0, "yuan")]]
+    # every tens word, teens and a number's "and" ("eighty-nine percent" was read as 9 percent)
+    assert amounts("Eighty-nine percent goes to the clubs.") == [[(89.0, "percent")]]
+    assert amounts("one hundred and twenty euros") == [[(120.0, "euro")]]
+    assert amounts("two thousand five hundred yuan") == [[(2500.0, "yuan")]]
+
+
+def test_the_amount_in_words_and_digit_groups_is_held_to_the_fact(bounds, charity_bounds):
+    assert unsupported(said("Free credit of 1,700 yuan, no deposit, no card."), bounds, frozenset([0]))
+    assert unsupported(said("Eighty-nine percent goes directly."), charity_bounds, frozenset([IMPACT])) == []
+    assert unsupported(said("Seventy percent goes to the clubs."), charity_bounds, frozenset([IMPACT]))
+
+
+@pytest.mark.parametrize("text, welcome", [
+    ("If money gets tight, we pause it automatically for you.", True),
+    ("It stops by itself whenever your balance is low.", True),
+    ("You can deduct it twice on your taxes.", True),
+    ("You can pause or cancel it yourself in your donor account.", False),
+    ("It doesn't roll into anything by itself.", False),    # a negation before it in the clause denies it
+])
+def test_something_happening_with_no_act_of_the_users_or_twice_is_an_overclaim(charity_bounds, text, welcome):
+    clause = said(text)
+    facts = frozenset([CANCEL]) if "deduct" not in text else frozenset([TAX])
+    assert bool(unsupported(clause, charity_bounds, facts)) == welcome
+
+
+def test_a_fact_that_denies_renewing_automatically_still_reads_it_as_an_overclaim(bounds):
+    assert unsupported(said("After the trial it renews automatically."), bounds, frozenset([4]))
+    assert unsupported(said("Nothing renews automatically, and there is no deposit."), bounds, frozenset([0])) == []
 
 
 @pytest.fixture(scope="module")
