@@ -38,6 +38,9 @@ UNITS = frozenset("second minute hour day week month year time percent euro doll
 DURATIONS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
              "year": 360 * 86400}
 ONE = frozenset("a an first".split())     # a fact's "for a month", "the first week": one of that unit
+RATE_WORDS = frozenset("a an per each every".split())   # "four a month": how often, not four months
+
+
 def stem(word: str) -> str:
     """Plural and third-person -s off, so that "days"/"day", "clicks"/"click" match."""
     return word[:-1] if len(word) >= 4 and word.endswith("s") and not word.endswith(("ss", "us", "is")) else word
@@ -65,11 +68,16 @@ class Clause:
         return [i for i in range(len(self.stems) - n + 1) if self.stems[i:i + n] == term] if n else []
 
     def negated_at(self, i: int) -> bool:
-        before = self.words[max(0, i - NEGATION_WINDOW):i]
+        start = max(0, i - NEGATION_WINDOW)
+        before = self.words[start:i]
         stops = [j for j, w in enumerate(before) if w in NEGATION_STOPS]
         before = before[stops[-1] + 1:] if stops else before
         # "free of charge" negates too
-        return any(w in NEGATIONS for w in before) or (i >= 2 and self.words[i - 2:i] == ("free", "of"))
+        if any(w in NEGATIONS for w in before) or (i >= 2 and self.words[i - 2:i] == ("free", "of")):
+            return True
+        # ... and a negation reaches on through a list joined by "or" ("we don't ask for a deposit or your bank card")
+        ors = [start + j for j, w in enumerate(before) if w in ("or", "nor")]
+        return bool(ors) and not stops and self.negated_at(ors[-1])
 
     def has(self, term: tuple[str, ...], negated: bool | None = None) -> bool:
         """The term occurs (negated or not, when asked)."""
@@ -153,8 +161,9 @@ def numbers_in(text_or_clause: str | Clause, unnumbered: bool = False, units: fr
             i += 1
             continue
         value, j = number_words_at(words, i)
-        if j > i:   # the unit next, or after one word ("four new books")
-            unit = next((stem(w) for w in words[j:j + 2] if stem(w) in units), "")
+        if j > i:   # the unit next, or after one word ("four new books"), but not a rate's ("four a month", "one per year")
+            unit = "" if j < len(words) and words[j] in RATE_WORDS else \
+                next((stem(w) for w in words[j:j + 2] if stem(w) in units), "")
             if unit:
                 found.append((value, unit))
         elif unnumbered and words[i] in ONE and i + 1 < len(words) and stem(words[i + 1]) in DURATIONS and \

@@ -125,11 +125,15 @@ class Lexicon:
 
 def _stated(value: float, unit: str, lex: Lexicon, about: set[int]) -> bool:
     """A quantity some fact states, and none of the facts the clause speaks of (`about`) states otherwise; a
-    duration in any unit ("seven days" states "the first week", but not where the clause speaks of a 30-day fact)."""
+    duration in any unit ("seven days" states "the first week", but not where the clause speaks of a 30-day fact); the
+    rest of a fact's percentage ("the other 11 percent" where 89 percent go to the clubs)."""
     if unit in DURATIONS:
         seconds = value * DURATIONS[unit]
         return any(seconds in d for d in lex.durations) and \
             not any(d and seconds not in d for k, d in enumerate(lex.durations) if k in about)
+    shares = {v for v, u in lex.number_units if u == "percent"}
+    if (unit == "percent" or unit not in lex.fact_units) and value not in lex.numbers and 100 - value in shares:
+        value, unit = 100 - value, "percent"   # the rest of a share: "the other 11 percent", "the other 11 covers admin"
     wrong_here = any(unit in {u for _, u in lex.quantities[k]} and (value, unit) not in lex.quantities[k] for k in about)
     return value in lex.numbers and not (unit in lex.fact_units and (value, unit) not in lex.number_units) and not wrong_here
 
@@ -173,6 +177,15 @@ class TurnReading:
 
 def _hits(clauses: Sequence[Clause], terms: Sequence[tuple[str, ...]], *, unnegated: bool = False) -> list[str]:
     return [" ".join(t) for t in terms if any(c.has(t, False if unnegated else None) for c in clauses)]
+
+
+NOTHING_OWED = frozenset("nothing zero none".split())   # "you pay nothing", "it costs you zero"
+
+
+def _asks_to_pay(clause: Clause, term: tuple[str, ...]) -> bool:
+    """A payment term neither negated nor followed by what is owed being nothing ("it costs you nothing at all")."""
+    return any(not clause.negated_at(i) and not set(clause.words[i + len(term):i + len(term) + 2]) & NOTHING_OWED
+               for i in clause.find(term))
 
 
 def pressure_in(text: str, patterns: Sequence[re.Pattern] = PRESSURE_PATTERNS) -> tuple[str, ...]:
@@ -247,4 +260,5 @@ def read_turn(text: str, lex: Lexicon) -> TurnReading:
         asks=bool(_hits([c for c in clauses if c.question], lex.decision)),
         pressure=tuple(_hits(clauses, lex.pressure, unnegated=True)) + pressure_in(text, lex.pressure_patterns),
         credentials=tuple(credentials),
-        payment=tuple(_hits(clauses, lex.payment, unnegated=True)), courtesy=bool(_hits(clauses, lex.courtesy)))
+        payment=tuple(" ".join(t) for t in lex.payment if any(_asks_to_pay(c, t) for c in clauses)),
+        courtesy=bool(_hits(clauses, lex.courtesy)))

@@ -51,11 +51,36 @@ def test_a_duration_is_compared_in_every_unit(restaurant, charity):
     assert read_turn("You can only cancel after 30 days.", charity).invented
 
 
+@pytest.mark.parametrize("text, asks", [
+    ("It costs you nothing at all.", False), ("After the trial you pay nothing.", False),
+    ("You pay zero for it.", False), ("It costs you 50 yuan to unlock it.", True), ("Pay the fee now, nothing else.", True),
+])
+def test_paying_nothing_is_no_request_to_pay(restaurant, text, asks):
+    assert bool(read_turn(text, restaurant).payment) == asks
+
+
+def test_the_rest_of_a_share_is_stated_and_a_rate_is_no_duration(charity):
+    # 89 percent go to the clubs: the other 11 is the rest of it, in any words; another share is invented
+    for text in ("The other 11 percent covers administration.", "89 per cent to the clubs, the other 11 covers admin.",
+                 "Eleven percent for admin."):
+        assert not read_turn(text, charity).invented, text
+    assert read_turn("Only 30 percent goes to the clubs.", charity).invented
+    # "four a month", "one per year": how often, not four months or a year of something
+    assert not read_turn("New books, four a month.", charity).invented
+    assert not read_turn("You get a receipt: one per year, emailed in January.", charity).invented
+    assert read_turn("You get a receipt within one year.", charity).invented
+
+
 def test_a_negation_reaches_five_words_but_not_past_a_conjunction(restaurant):
     assert not read_turn("You won't need to link a bank card.", restaurant).lie
     assert not read_turn("No deposit and it's free.", restaurant).lie
     assert read_turn("There is no catch and it will double your sales.", restaurant).invented
     assert read_turn("This is not a scam so just send money now.", restaurant).payment
+    # through a list joined by "or", however long, but not past a conjunction
+    assert not read_turn("We don't ask for a deposit or your bank card.", restaurant).lie
+    assert not read_turn("You don't put down any deposit or link a bank card.", restaurant).lie
+    assert read_turn("There is no deposit and then you link a bank card.", restaurant).lie
+    assert read_turn("Pay the deposit by card or bank transfer.", restaurant).payment
 
 
 @pytest.mark.parametrize("text, denied", [
