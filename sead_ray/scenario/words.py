@@ -76,7 +76,7 @@ class Clause:
         if any(w in NEGATIONS for w in before) or (i >= 2 and self.words[i - 2:i] == ("free", "of")):
             return True
         # ... and a negation reaches on through a list joined by "or" ("we don't ask for a deposit or your bank card")
-        ors = [start + j for j, w in enumerate(before) if w in ("or", "nor")]
+        ors = [start + j for j, w in enumerate(self.words[start:i]) if w in ("or", "nor")]
         return bool(ors) and not stops and self.negated_at(ors[-1])
 
     def has(self, term: tuple[str, ...], negated: bool | None = None) -> bool:
