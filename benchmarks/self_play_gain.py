@@ -57,12 +57,16 @@ def parse_args():
 
 
 def train(config: str, overrides: list[str], run_dir: Path) -> float:
-    """One run, resumed where an earlier call left it (a finished run resumes to nothing)."""
-    base = [sys.executable, "-m", "sead_ray.cli.main", "train"]
-    cmd = base + (["--resume", str(run_dir)] if (run_dir / "config.yaml").exists()
-                  else ["--config", config, "--out", str(run_dir)])
-    for item in overrides:
-        cmd += ["--set", item]
+    """One run, resumed where an earlier call left it (a finished run resumes to nothing). A resumed run reads its
+    overrides from its own config.yaml: given again, a relative path among them would resolve against the run's
+    folder, not the config's."""
+    cmd = [sys.executable, "-m", "sead_ray.cli.main", "train"]
+    if (run_dir / "config.yaml").exists():
+        cmd += ["--resume", str(run_dir)]
+    else:
+        cmd += ["--config", config, "--out", str(run_dir)]
+        for item in overrides:
+            cmd += ["--set", item]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
     return time.perf_counter() - t0
