@@ -191,6 +191,13 @@ def _paraphrase_turn(scenario: Scenario, name: str, heard: Sequence[str], turn: 
     return f"{answer} {pick(vice, *salt, 'vice')}" if vice else answer
 
 
+def honest_replies(scenario: Scenario) -> tuple[str, ...]:
+    """Every turn the honest script can say (script_turn's honest path): its opening, the ask, each fact and its
+    courtesy lines."""
+    spec = scenario.rule_user
+    return (spec.opening, spec.ask, *scenario.facts, *COURTESY)
+
+
 class ScriptAgent:
     """A scripted agent behind the rollout's agent-endpoint interface (no engine, no tokenizer): it reads
     the user's lines from the chat messages an endpoint agent gets and answers in the agent's format."""

@@ -19,6 +19,7 @@ from sead_ray.scenario.profiles import Profile, read_profiles
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.training.checkpoint import TrainState, latest_checkpoint, load_train_state, resume_conflicts, truncate_metrics
 from sead_ray.training.loop import SelfEvolutionLoop
+from sead_ray.training.warm_start import caps_holding, longest_script_turn_tokens
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,22 @@ def resume_point(cfg: SeadConfig, run_dir: Path, resume: bool) -> Optional[Path]
     return checkpoint
 
 
+def caps_for_the_rehearsal(cfg: SeadConfig, scenario: Scenario, agent_model: str) -> SeadConfig:
+    """The agent's token caps raised, where lower, to the honest script's longest turn in the agent's tokens
+    (warm_start.caps_holding says why), and the log says so; the run's config.yaml keeps the raised caps."""
+    from transformers import AutoTokenizer
+
+    d = cfg.dialogue
+    tokens = longest_script_turn_tokens(scenario, AutoTokenizer.from_pretrained(agent_model), d.agent_prefill)
+    fitted = caps_holding(cfg, tokens)
+    if fitted is not cfg:
+        log.warning("dialogue.agent_train/agent_eval.max_tokens %d/%d -> %d/%d: the honest script's longest turn, "
+                    "as the rehearsal teaches it, is %d tokens of this agent's", d.agent_train.max_tokens,
+                    d.agent_eval.max_tokens, fitted.dialogue.agent_train.max_tokens,
+                    fitted.dialogue.agent_eval.max_tokens, tokens)
+    return fitted
+
+
 async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: bool = False) -> dict:
     """Run (or continue) the self-evolution loop in `run_dir`; returns a summary of the run."""
     from actors.trained_roles import TrainingSystem
@@ -88,6 +105,8 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
             log.info("no checkpoint in %s yet: starting from the beginning", run_dir)
         agent_model = str(resolve_model(cfg.models.agent))
         start = TrainState(0, ProfileController(scenario, cfg.curriculum, cfg.seed).state_dict())
+    if cfg.train.warm_start == "sop_rehearsal":
+        cfg = caps_for_the_rehearsal(cfg, scenario, agent_model)
     truncate_metrics(run_dir / "metrics.jsonl", start.iteration)
     dump_config(cfg, run_dir / "config.yaml")
     summary: dict = {"run_dir": str(run_dir), "tensorboard": str(run_dir / "tensorboard"),

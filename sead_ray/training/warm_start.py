@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from sead_ray.agent.prompt import agent_messages, user_message_for_agent
-from sead_ray.agent.scripted import HONEST, ScriptAgent
+from sead_ray.agent.scripted import HONEST, ScriptAgent, honest_replies
 from sead_ray.agent.token_context import IncrementalChatEncoder
 from sead_ray.curriculum.controller import ProfileController
 from sead_ray.play.dialogue import Trajectory
@@ -48,6 +48,29 @@ def decision_weighted(loss_mask: Sequence[int], turn_starts: Sequence[int], weig
     return [w * trained / total for w in weights] if total else weights
 
 
+def agent_format(reply: str, scenario: Scenario, estimate: Any) -> str:
+    """A turn as the agent writes it: its words and its estimate of the user's state."""
+    return json.dumps({"reply": reply, "estimate": scenario.schema.to_dict(estimate)})
+
+
+def longest_script_turn_tokens(scenario: Scenario, tokenizer: Any, prefill: str = "") -> int:
+    """The honest script's longest turn as the rehearsal teaches it: its tokens after the prefill, with the end of
+    turn (the agent must be let write that many, or it learns a cut turn)."""
+    return max(len(tokenizer(agent_format(reply, scenario, scenario.schema.middle)[len(prefill):],
+                             add_special_tokens=False)["input_ids"]) + 1
+               for reply in honest_replies(scenario))
+
+
+def caps_holding(cfg: Any, tokens: int) -> Any:
+    """`cfg` with the agent's token caps (dialogue.agent_train, agent_eval) raised to `tokens` where lower. A cap
+    under the rehearsed script's longest turn cuts that turn when the agent says it, and the agent, seeing its own cut
+    turn in its context, copies the cut into every later turn (the gym domain's estimates: docs/results.md)."""
+    d = cfg.dialogue
+    raised = {name: replace(getattr(d, name), max_tokens=tokens) for name in ("agent_train", "agent_eval")
+              if getattr(d, name).max_tokens < tokens}
+    return replace(cfg, dialogue=replace(d, **raised)) if raised else cfg
+
+
 def rehearsal_sample(call: Trajectory, scenario: Scenario, tokenizer: Any, max_seq_len: int,
                      prefill: str = "", decision_weight: float = 1.0) -> Optional[Sample]:
     """One call of the honest script as the agent would have written it, token by token in the agent's context
@@ -60,7 +83,7 @@ def rehearsal_sample(call: Trajectory, scenario: Scenario, tokenizer: Any, max_s
     seen = schema.middle if call.profile.free_form else call.profile.state
     turn_starts = []
     for i, turn in enumerate(call.turns):
-        raw = json.dumps({"reply": turn.agent, "estimate": schema.to_dict(seen)})
+        raw = agent_format(turn.agent, scenario, seen)
         if not raw.startswith(prefill):
             raise ValueError(f"dialogue.agent_prefill {prefill!r} is not the start of the agent's format ({raw[:20]!r})")
         ids = list(tokenizer(raw[len(prefill):], add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]

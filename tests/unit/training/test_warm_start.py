@@ -74,3 +74,29 @@ def test_the_decision_weight_moves_the_losss_emphasis_to_each_replys_first_token
     assert sum(weighted.loss_mask) == pytest.approx(len(trained))     # still a token mean
     assert all(weighted.loss_mask[i] == 0 for i in range(len(plain.loss_mask)) if not plain.loss_mask[i])
     assert decision_weighted([0, 1, 1], [1], 1.0) == [0, 1, 1]
+
+
+def test_the_agents_caps_are_raised_to_hold_the_rehearsed_scripts_longest_turn(scenario, smollm_tokenizer):
+    """The gym test domain's opening is longer than the demo's 64-token cap: cut, the agent copied the cut into every
+    later turn (docs/results.md). The cap is raised to the tokens the rehearsal trains for that turn, and kept where
+    the script's turns fit (the restaurant's)."""
+    from sead_ray.core.config import load_config
+    from sead_ray.play.dialogue import Trajectory, Turn
+    from sead_ray.scenario.profiles import Profile
+    from sead_ray.scenario.scenario import load_scenario
+    from sead_ray.training.warm_start import caps_holding, longest_script_turn_tokens, rehearsal_sample
+    from tests.conftest import EMBEDDED_CONFIG, ROOT
+    cfg = load_config(EMBEDDED_CONFIG)
+    prefill = cfg.dialogue.agent_prefill
+    gym = load_scenario(ROOT / "tests" / "data" / "third_domain" / "gym_renewal.yaml")
+    tokens = longest_script_turn_tokens(gym, smollm_tokenizer, prefill)
+    opening = Trajectory("d", Profile(gym.schema.middle, (), free_form=True),
+                         [Turn(gym.rule_user.opening, None, "", True, 0, 0, user="Hello?", user_state=None)],
+                         "success", "accept")
+    assert tokens == sum(rehearsal_sample(opening, gym, smollm_tokenizer, 4096, prefill).loss_mask)
+    assert tokens > cfg.dialogue.agent_eval.max_tokens == cfg.dialogue.agent_train.max_tokens == 64
+    raised = caps_holding(cfg, tokens)
+    assert (raised.dialogue.agent_train.max_tokens, raised.dialogue.agent_eval.max_tokens) == (tokens, tokens)
+    assert raised.dialogue.user == cfg.dialogue.user and raised.train == cfg.train
+    assert longest_script_turn_tokens(scenario, smollm_tokenizer, prefill) <= 64
+    assert caps_holding(cfg, longest_script_turn_tokens(scenario, smollm_tokenizer, prefill)) is cfg
