@@ -25,7 +25,8 @@ class ModelsConfig:
 class SamplingConfig:
     temperature: float = option(1.0, 0.0, 5.0)
     top_p: float = option(1.0, 0.0, 1.0)
-    max_tokens: int = option(96, 1, 8192)
+    max_tokens: int = option(96, 1, 8192, "most tokens a turn may generate (with train.warm_start = sop_rehearsal, "
+                                          "a run raises the agent's to hold the honest script's longest turn)")
 
     def as_params(self) -> dict:
         """Keyword arguments of an engine's generate call."""
