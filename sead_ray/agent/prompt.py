@@ -88,6 +88,11 @@ def _estimate_by_pattern(text: str, schema: StateSchema) -> Optional[dict]:
     return _estimate_from(found, schema)
 
 
+def agent_turn_text(reply: str, schema: StateSchema, estimate: State) -> str:
+    """A turn in the agent's format (what parse_agent_output reads): its words and its estimate of the user's state."""
+    return json.dumps({"reply": reply, "estimate": schema.to_dict(estimate)})
+
+
 def parse_agent_output(text: str, schema: StateSchema) -> AgentTurnParse:
     """Reply and state estimate from the agent's raw output. Never raises.
 

@@ -14,11 +14,11 @@ Pure logic; `ScriptAgent` is the agent endpoint of rollout.py that plays a class
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Optional
 
+from sead_ray.agent.prompt import agent_turn_text
 from sead_ray.scenario.ear_lines import EarLines, ear_lines_path, load_ear_lines
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.turn_protocol import AgentTurnOutput
@@ -214,7 +214,7 @@ class ScriptAgent:
         turn = sum(m["role"] == "assistant" for m in messages)
         text = script_turn(self.scenario, self.name, heard, turn, self.listener)
         schema = self.scenario.schema
-        return AgentTurnOutput(json.dumps({"reply": text, "estimate": schema.to_dict(schema.middle)}))
+        return AgentTurnOutput(agent_turn_text(text, schema, schema.middle))
 
     def release(self, dialogue_id: str) -> None:
         """Nothing held per call (the rollout releases every agent's calls)."""

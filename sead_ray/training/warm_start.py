@@ -11,13 +11,12 @@ log-likelihood of these turns (supervised fine-tuning), on the same trainer grou
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Optional
 
-from sead_ray.agent.prompt import agent_messages, user_message_for_agent
+from sead_ray.agent.prompt import agent_messages, agent_turn_text, user_message_for_agent
 from sead_ray.agent.scripted import HONEST, ScriptAgent, honest_replies
 from sead_ray.agent.token_context import IncrementalChatEncoder
 from sead_ray.curriculum.controller import ProfileController
@@ -48,16 +47,19 @@ def decision_weighted(loss_mask: Sequence[int], turn_starts: Sequence[int], weig
     return [w * trained / total for w in weights] if total else weights
 
 
-def agent_format(reply: str, scenario: Scenario, estimate: Any) -> str:
-    """A turn as the agent writes it: its words and its estimate of the user's state."""
-    return json.dumps({"reply": reply, "estimate": scenario.schema.to_dict(estimate)})
+def rehearsed_turn_ids(reply: str, scenario: Scenario, estimate: Any, tokenizer: Any, prefill: str) -> list[int]:
+    """The tokens the rehearsal trains for one script turn: the turn in the agent's format after the prefill (which
+    is context), and the end of turn."""
+    raw = agent_turn_text(reply, scenario.schema, estimate)
+    if not raw.startswith(prefill):
+        raise ValueError(f"dialogue.agent_prefill {prefill!r} is not the start of the agent's format ({raw[:20]!r})")
+    return list(tokenizer(raw[len(prefill):], add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
 
 
 def longest_script_turn_tokens(scenario: Scenario, tokenizer: Any, prefill: str = "") -> int:
-    """The honest script's longest turn as the rehearsal teaches it: its tokens after the prefill, with the end of
-    turn (the agent must be let write that many, or it learns a cut turn)."""
-    return max(len(tokenizer(agent_format(reply, scenario, scenario.schema.middle)[len(prefill):],
-                             add_special_tokens=False)["input_ids"]) + 1
+    """The honest script's longest turn as the rehearsal teaches it (the agent must be let write that many tokens,
+    or it learns a cut turn)."""
+    return max(len(rehearsed_turn_ids(reply, scenario, scenario.schema.middle, tokenizer, prefill))
                for reply in honest_replies(scenario))
 
 
@@ -83,10 +85,7 @@ def rehearsal_sample(call: Trajectory, scenario: Scenario, tokenizer: Any, max_s
     seen = schema.middle if call.profile.free_form else call.profile.state
     turn_starts = []
     for i, turn in enumerate(call.turns):
-        raw = agent_format(turn.agent, scenario, seen)
-        if not raw.startswith(prefill):
-            raise ValueError(f"dialogue.agent_prefill {prefill!r} is not the start of the agent's format ({raw[:20]!r})")
-        ids = list(tokenizer(raw[len(prefill):], add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+        ids = rehearsed_turn_ids(turn.agent, scenario, seen, tokenizer, prefill)
         turn_starts.append(len(encoder.token_ids))
         encoder.add_generation(ids, [0.0] * len(ids))
         if turn.user_state is not None:
