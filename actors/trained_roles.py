@@ -240,6 +240,10 @@ class TrainingSystem:
     def trained_roles(self) -> list[str]:
         return list(self.trained)
 
+    async def set_reference(self, checkpoint: Path, role: str = "agent") -> None:
+        """`role`'s KL reference becomes its model in a checkpoint of the run (the rehearsed agent's, iteration 0)."""
+        await asyncio.to_thread(self.trained[role].trainer.set_reference, ROLES[role].checkpoint(checkpoint) / "hf")
+
     def save_weights(self, directory: Path) -> float:
         """Each trained model's checkpoint, in its role's folder of `directory` (core.roles)."""
         return sum(t.trainer.save(ROLES[name].checkpoint(directory)) for name, t in self.trained.items())

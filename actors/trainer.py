@@ -22,6 +22,7 @@ from sead_ray.core.roles import ROLES
 from sead_ray.training.trainer_protocol import (
     LoadRequest,
     LogprobsRequest,
+    ReferenceRequest,
     Sample,
     SaveRequest,
     StepMetrics,
@@ -145,6 +146,10 @@ class TrainerGroup:
     def load(self, directory: Path) -> None:
         if not all(self._request(LoadRequest(str(directory)))):
             raise TrainerError(f"no DeepSpeed state found under {directory}/deepspeed")
+
+    def set_reference(self, model_path: Path) -> None:
+        """The KL's reference model becomes the one in `model_path` (an HF folder) on every rank."""
+        self._request(ReferenceRequest(str(model_path)))
 
     def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         """Trainer-side logprobs of given sequences (every rank computes the same shard: the forward

@@ -1,6 +1,7 @@
 """One rank of the trainer (actors.trainer.TrainerGroup): the Ray Train worker loop that builds its DeepSpeed ZeRO engine
 and serves the driver's typed requests (sead_ray.training.trainer_protocol) one by one from the TrainerMailbox: a GRPO
-step on its shard, a weight sync (every rank gathers, rank 0 sends), a checkpoint save or load, logprobs."""
+step on its shard, a weight sync (every rank gathers, rank 0 sends), a checkpoint save or load, logprobs, the KL's
+reference model."""
 from __future__ import annotations
 
 import contextlib
@@ -17,6 +18,7 @@ from sead_ray.training.trainer_protocol import (
     LoadRequest,
     LogprobsRequest,
     RankStepResult,
+    ReferenceRequest,
     Sample,
     SaveRequest,
     StepRequest,
@@ -85,17 +87,26 @@ class RankWorker:
                                                                   dist_init_required=False)
         self.engine.train()   # from_pretrained leaves eval mode, in which HF skips gradient checkpointing
         self.shared_prefix = s.shared_prefix == "auto" and self._shared_prefix_supported(model)
-        self.ref = None
-        if s.kl_coef > 0:
-            ref_config = {k: v for k, v in ds_config.items() if k != "gradient_clipping"}
-            ref_model = AutoModelForCausalLM.from_pretrained(s.model_path, dtype=dtype)
-            ref_model.requires_grad_(False)
-            if self.shared_prefix:
-                from sead_ray.training.shared_prefix import install
-                install(ref_model)
-            self.ref, *_ = deepspeed.initialize(model=ref_model, config=ref_config, dist_init_required=False)
-            self.ref.eval()
+        self.ds_config, self.ref = ds_config, None
+        if s.reference_path is not None:
+            self.reference(ReferenceRequest(s.reference_path))
         self.steps, self.transport = 0, None     # the actors.weights.senders transport is built at the first sync
+
+    def reference(self, request: ReferenceRequest, _shard: Any = None) -> None:
+        """The KL's reference model, loaded from an HF folder (the start model, or the rehearsed agent's checkpoint);
+        frozen, the same ZeRO stage as the policy (HfDeepSpeedConfig partitions it at load under ZeRO-3)."""
+        import deepspeed
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(request.model_path, dtype=getattr(torch, self.settings.dtype))
+        model.requires_grad_(False)
+        if self.shared_prefix:
+            from sead_ray.training.shared_prefix import install
+            install(model)
+        config = {k: v for k, v in self.ds_config.items() if k != "gradient_clipping"}
+        self.ref, *_ = deepspeed.initialize(model=model, config=config, dist_init_required=False)
+        self.ref.eval()
+        _release_freed_memory()   # the reference it replaces
 
     def ready(self) -> WorkerReady:
         params = list(self.engine.module.parameters())
@@ -229,6 +240,7 @@ def train_loop_per_worker(config: dict) -> None:
         SaveRequest: lambda request, _: worker.save(request),
         LoadRequest: lambda request, _: worker.load(request),
         LogprobsRequest: worker.logprobs,
+        ReferenceRequest: worker.reference,
         StopRequest: lambda request, _: None,
     }
     seq = 1

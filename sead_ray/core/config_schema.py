@@ -65,7 +65,8 @@ class TrainConfig:
                                      "done during the call, as a share of success_reward (< 0.5: any win beats "
                                      "any failure)")
     clip_eps: float = option(0.2, 0.0, 10.0)
-    kl_coef: float = option(0.0, 0.0, 10.0, "0 turns the KL term (and the reference model) off")
+    kl_coef: float = option(0.0, 0.0, 10.0, "0 turns the KL term (and the reference model) off; the "
+                             "reference is the model self-play starts from: with train.warm_start, the rehearsed agent")
     entropy_coef: float = option(0.0, 0.0, 10.0)
     # like DAPO's filter of groups without reward differences, for a whole batch: with kl_coef and
     # entropy_coef 0 such a step has no gradient and would only move the weights by Adam's momentum

@@ -28,11 +28,11 @@ from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State
-from sead_ray.training.checkpoint import TrainState
+from sead_ray.training.checkpoint import CheckpointError, TrainState, checkpoints_dir
 from sead_ray.training.grpo import compute_advantages
 from sead_ray.training.progress import ProgressKeeper, StopRequested
 from sead_ray.training.rewards import REWARDS, simulator_reward
-from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult
+from sead_ray.training.trainer_protocol import Sample, StepMetrics, SyncResult, rehearses
 from sead_ray.training.warm_start import rehearse
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ class LoopSystem(Protocol):
     async def grpo_step(self, samples: list[Sample], role: str = "agent", lr: Optional[float] = None,
                         reset_optimizer_after: bool = False) -> StepMetrics: ...
     async def publish(self, role: str = "agent") -> SyncResult: ...   # the version the role's last step made
+    async def set_reference(self, checkpoint: Path, role: str = "agent") -> None: ...   # the KL's, from a checkpoint
     def save_weights(self, directory: Path) -> Any: ...
     def move_checkpoint(self, staged: Path, directory: Path) -> None: ...   # train.checkpoint_staging_dir
     async def record_iteration(self, iteration: int, phase: str, records: list[dict], extra: dict,
@@ -180,6 +181,20 @@ class SelfEvolutionLoop:
         await rehearse(self)
         await self.save(force=True)
 
+    async def anchor_reference(self) -> None:
+        """With a KL term after the SOP rehearsal, its reference is the rehearsed agent (iteration 0's checkpoint, kept
+        by every retention), on a fresh run as on a resumed one: the base model would pull self-play back from what
+        the rehearsal taught."""
+        if self.cfg.train.kl_coef == 0 or not rehearses(self.cfg):
+            return
+        await self.saved()
+        rehearsed = checkpoints_dir(self.run_dir) / "iter_0000"
+        if not (rehearsed / "state.json").exists():
+            raise CheckpointError(f"{rehearsed}: no checkpoint of the rehearsed agent, the KL's reference (train.kl_coef "
+                                  f"= {self.cfg.train.kl_coef:g} with train.warm_start = {self.cfg.train.warm_start})")
+        await self.system.set_reference(rehearsed)
+        log.info("the KL's reference is the rehearsed agent (%s)", rehearsed)
+
     async def analyse_mistakes(self, iteration: int, dialogues: Dialogues) -> dict:
         snapshot = await self.system.update_curriculum((t.profile.state, t.profile.start_depth, t.success)
                                                        for t in dialogues.rollout.played)
@@ -226,6 +241,7 @@ class SelfEvolutionLoop:
         train = self.cfg.train
         held_out = train.eval_every and self.held_out
         await self.warm_start()
+        await self.anchor_reference()
         if held_out and self.done.iteration == 0 and not self._evaluated(0):
             await self.evaluate_held_out(0)     # the policy before self-play (warm-started or not): the first point
         for iteration in range(self.done.iteration + 1, train.iterations + 1):

@@ -55,11 +55,15 @@ class TrainerSettings:
     threads: int = 0             # torch threads per rank; 0 = Ray's default (the bundle's whole CPUs, at least 1)
     offload_optimizer: bool = False   # ZeRO-Offload: optimizer states and gradient shards in CPU memory
     shared_prefix: str = "off"   # trainer.shared_prefix: auto computes a step's shared prefix once (training.shared_prefix)
+    # the KL's reference model at start (kl_coef > 0); None: none yet (with the SOP rehearsal, the rehearsed agent
+    # becomes the reference once it exists: ReferenceRequest)
+    reference_path: Optional[str] = None
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str, role: str = "agent") -> TrainerSettings:
         """The agent's trainer, or (role `user`, user.train) the simulator's: same optimisation, its own
-        model and sampling temperature."""
+        model and sampling temperature. The KL's reference is the model self-play starts from: this one, or after the
+        SOP rehearsal the rehearsed agent (as RLHF's is the fine-tuned model, not the base it was tuned from)."""
         t = cfg.train
         return cls(model_path=model_path, seed=cfg.seed, dtype=cfg.models.dtype, lr=t.lr,
                    zero_stage=cfg.trainer.zero_stage, micro_batch_size=t.micro_batch_size,
@@ -71,7 +75,13 @@ class TrainerSettings:
                    ppo_epochs=t.ppo_epochs, max_seq_len=t.max_seq_len, gradient_checkpointing=t.gradient_checkpointing,
                    temperature=ROLES[role].sampling(cfg).temperature,
                    threads=cfg.trainer.threads_per_worker, offload_optimizer=cfg.trainer.offload_optimizer,
-                   shared_prefix=cfg.trainer.shared_prefix)
+                   shared_prefix=cfg.trainer.shared_prefix,
+                   reference_path=model_path if t.kl_coef > 0 and not rehearses(cfg, role) else None)
+
+
+def rehearses(cfg: Any, role: str = "agent") -> bool:
+    """Whether `role`'s self-play starts from the SOP rehearsal (train.warm_start; the agent's only)."""
+    return role == "agent" and cfg.train.warm_start != "none"
 
 
 # DeepSpeed's buffers, bounded (in elements; its defaults are sized for throughput, not for a GPU that the
@@ -156,6 +166,12 @@ class SaveRequest:
 @dataclass
 class LoadRequest:
     directory: str
+
+
+@dataclass
+class ReferenceRequest:
+    """Load the KL's reference model from `model_path` (an HF folder), replacing the one held."""
+    model_path: str
 
 
 @dataclass

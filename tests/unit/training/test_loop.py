@@ -4,14 +4,16 @@ failure is not a policy failure). The agent and the system are test doubles; the
 real rule back-end and the tokenizer the real SmolLM2 one."""
 import asyncio
 import json
+import shutil
 
 import numpy as np
+import pytest
 
 from sead_ray.curriculum.controller import ProfileController
 from sead_ray.play.rollout import RolloutEndpoints, run_dialogues
 from sead_ray.scenario.profiles import sample_profiles
 from sead_ray.scenario.turn_protocol import AgentTurnOutput, UserTurnOutput
-from sead_ray.training.checkpoint import TrainState
+from sead_ray.training.checkpoint import CheckpointError, TrainState
 from sead_ray.training.loop import SelfEvolutionLoop, user_samples_from
 from sead_ray.training.trainer_protocol import StepMetrics, SyncResult
 from sead_ray.user.rule.simulator import RuleUserSimulator
@@ -78,6 +80,7 @@ class FakeLoopSystem:
         self.controller = ProfileController(scenario, cfg.curriculum, cfg.seed)
         self._endpoints, self.user_engines = endpoints, 1
         self.trained, self.outcomes, self.rows, self.version, self.resets = [], [], [], 0, []
+        self.references = []   # (checkpoint, steps taken before it became the KL's reference)
 
     def endpoints(self):
         return self._endpoints
@@ -107,6 +110,10 @@ class FakeLoopSystem:
 
     async def publish(self, role):
         return SyncResult(self.version, 1.0, None, 0.0, 0.0)
+
+    async def set_reference(self, checkpoint, role="agent"):
+        assert (checkpoint / "state.json").exists()
+        self.references.append((checkpoint, len(self.trained)))
 
     def save_weights(self, directory):
         directory.mkdir(parents=True, exist_ok=True)
@@ -421,6 +428,34 @@ def test_sop_rehearsal_fine_tunes_on_the_won_script_calls_then_checkpoints_itera
     (tmp_path / "resumed" / "dialogues" / "eval_0000.jsonl").write_text("")
     asyncio.run(resumed.run())
     assert len(again.trained) == 1 and [r["phase"] for r in again.rows] == ["train", "eval"]
+    assert system.references == again.references == []   # train.kl_coef = 0: no reference model at all
+
+
+def test_with_a_kl_term_the_rehearsed_agent_is_its_reference_on_a_fresh_run_and_a_resumed_one(
+        scenario, smollm_tokenizer, tmp_path):
+    """The KL term pulls self-play towards the rehearsed agent (iteration 0's checkpoint), not towards the base model
+    the rehearsal started from; the rehearsal's own steps have no reference."""
+    from sead_ray.training.checkpoint import load_train_state
+    cfg = tiny_config("train.batch_size=2", "train.iterations=1", "train.warm_start=sop_rehearsal",
+                      "train.warm_start_steps=2", "train.warm_start_calls=3", "curriculum.user_set=soft",
+                      "train.kl_coef=0.1", "train.keep_checkpoints=1")
+    endpoints = RolloutEndpoints(FakeAgentEndpoint(smollm_tokenizer), PlainRuleUsers(scenario), smollm_tokenizer,
+                                 engines=1)
+    system = FakeLoopSystem(cfg, scenario, endpoints)
+    asyncio.run(SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict()),
+                                  saved=False).run())
+    rehearsed = tmp_path / "checkpoints" / "iter_0000"
+    assert len(system.trained) == 3 and system.references == [(rehearsed, 2)]   # after the rehearsal, before GRPO
+    again = FakeLoopSystem(cfg, scenario, endpoints)
+    asyncio.run(SelfEvolutionLoop(cfg, scenario, again, tmp_path, load_train_state(rehearsed), saved=True).run())
+    assert again.references == [(rehearsed, 0)] and len(again.trained) == 1   # resumed: set before its first step
+    # the rehearsed agent's checkpoint gone: said, before any step
+    shutil.rmtree(rehearsed)
+    lost = FakeLoopSystem(cfg, scenario, endpoints)
+    with pytest.raises(CheckpointError, match="rehearsed agent"):
+        asyncio.run(SelfEvolutionLoop(cfg, scenario, lost, tmp_path, TrainState(0, lost.controller.state_dict(),
+                                                                                {"agent": 2}), saved=True).run())
+    assert lost.trained == []
 
 
 def test_under_reverse_calls_start_where_drawn_their_script_turns_untrained_and_counted_per_start(

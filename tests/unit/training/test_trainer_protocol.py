@@ -13,6 +13,7 @@ from sead_ray.training.trainer_protocol import (
     grad_accum_steps,
     shard_samples,
 )
+from tests.conftest import tiny_config
 
 VOCAB, PAD = 64, 0
 
@@ -119,3 +120,13 @@ def test_shards_balance_tokens_and_respect_capacity():
     assert abs(loads[0] - loads[1]) <= 15
     with pytest.raises(ValueError, match="more than"):
         micro_batches(samples, 1, PAD, pad_to=2)
+
+
+@pytest.mark.parametrize("overrides,role,reference", [
+    (["train.kl_coef=0.1", "train.warm_start=none"], "agent", "start"),
+    (["train.kl_coef=0.1", "train.warm_start=sop_rehearsal"], "agent", None),   # the rehearsed agent, once it exists
+    (["train.kl_coef=0.1", "train.warm_start=sop_rehearsal"], "user", "start"),  # the simulator is not rehearsed
+    (["train.kl_coef=0", "train.warm_start=none"], "agent", None)])
+def test_the_kl_reference_at_start_is_the_start_model_unless_a_rehearsal_comes_first(overrides, role, reference):
+    settings = TrainerSettings.from_config(tiny_config(*overrides), "start", role)
+    assert settings.reference_path == reference
