@@ -17,20 +17,15 @@ from sead_ray.training.trainer_protocol import (
     grad_accum_steps,
     shard_samples,
 )
-from tests.system.test_shared_prefix_zero import _free_port
+from tests.system.test_shared_prefix_zero import _free_port, rank_worker
 from tests.unit.training.test_shared_prefix import agent_calls
 
 pytestmark = pytest.mark.slow
 
 
 def _rank(rank: int, world: int, port: int, settings: TrainerSettings, samples: list, folder: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     import torch.distributed as dist
-
-    from actors.trainer_rank import RankWorker
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    worker = RankWorker(settings)
+    worker = rank_worker(rank, world, port, settings)
     shard = shard_samples(samples, world, settings.grad_accum_steps * settings.micro_batch_size)[rank]
     request = StepRequest(sum(sum(s.loss_mask) for s in samples))
 

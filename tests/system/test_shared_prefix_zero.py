@@ -18,15 +18,21 @@ from tests.unit.training.test_shared_prefix import agent_calls, assert_same_grad
 pytestmark = pytest.mark.slow
 
 
-def _rank(rank: int, world: int, port: int, settings: TrainerSettings, samples: list, out: str) -> None:
+def rank_worker(rank: int, world: int, port: int, settings: TrainerSettings):
+    """The trainer's own rank (actors.trainer_rank.RankWorker) in a spawned process of a gloo group on localhost."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     import torch.distributed as dist
-    from deepspeed.utils import safe_get_full_grad
 
     from actors.trainer_rank import RankWorker
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    worker = RankWorker(settings)
+    return RankWorker(settings)
+
+
+def _rank(rank: int, world: int, port: int, settings: TrainerSettings, samples: list, out: str) -> None:
+    import torch.distributed as dist
+    from deepspeed.utils import safe_get_full_grad
+    worker = rank_worker(rank, world, port, settings)
     assert worker.shared_prefix, "the tiny Llama takes the shared-prefix path"
     engine, captured = worker.engine, {}
     real_step = engine.step
