@@ -242,7 +242,7 @@ class TrainingSystem:
 
     async def set_reference(self, checkpoint: Path, role: str = "agent") -> None:
         """`role`'s KL reference becomes its model in a checkpoint of the run (the rehearsed agent's, iteration 0)."""
-        await asyncio.to_thread(self.trained[role].trainer.set_reference, ROLES[role].checkpoint(checkpoint) / "hf")
+        await asyncio.to_thread(self.trained[role].trainer.set_reference, ROLES[role].checkpoint_model(checkpoint))
 
     def save_weights(self, directory: Path) -> float:
         """Each trained model's checkpoint, in its role's folder of `directory` (core.roles)."""

@@ -20,6 +20,10 @@ class Role:
     def checkpoint(self, folder: Path) -> Path:
         return Path(folder) / self.checkpoint_folder if self.checkpoint_folder else Path(folder)
 
+    def checkpoint_model(self, folder: Path) -> Path:
+        """The role's model in a checkpoint, an HF folder (transformers and vLLM load it as it is)."""
+        return self.checkpoint(folder) / "hf"
+
     def sampling(self, cfg: Any) -> Any:
         return getattr(cfg.dialogue, self.train_sampling)
 

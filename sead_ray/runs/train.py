@@ -97,7 +97,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     run_dir.mkdir(parents=True, exist_ok=True)
     if checkpoint is not None:
         start = load_train_state(checkpoint)
-        agent_model = str(ROLES["agent"].checkpoint(checkpoint) / "hf")
+        agent_model = str(ROLES["agent"].checkpoint_model(checkpoint))
         log.info("resuming %s after iteration %d (policy version %d) from %s", run_dir, start.iteration,
                  start.version("agent"), checkpoint)
     else:
@@ -118,7 +118,7 @@ async def train(cfg: SeadConfig, scenario: Scenario, run_dir: Path, *, resume: b
     connect(cfg)   # (nothing above needs Ray: a finished run answers without starting it)
     held_out = held_out_profiles(cfg, scenario, run_dir) if cfg.train.eval_every else []
     # user.train: the simulator resumes from its own weights in the checkpoint
-    user_model = str(ROLES["user"].checkpoint(checkpoint) / "hf") if checkpoint is not None and cfg.user.train else None
+    user_model = str(ROLES["user"].checkpoint_model(checkpoint)) if checkpoint is not None and cfg.user.train else None
     system = await TrainingSystem.start(cfg, scenario, agent_model, run_dir, first_iteration=start.iteration + 1,
                                         user_model=user_model)
     loop = SelfEvolutionLoop(cfg, scenario, system, run_dir, start, saved=checkpoint is not None, held_out=held_out)

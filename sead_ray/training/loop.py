@@ -175,8 +175,7 @@ class SelfEvolutionLoop:
 
     async def warm_start(self) -> None:
         """The SOP rehearsal before iteration 1 (train.warm_start; sead_ray.training.warm_start.rehearse), done once."""
-        train = self.cfg.train
-        if train.warm_start == "none" or self.done.iteration > 0 or self.done.version("agent") > 0:
+        if not rehearses(self.cfg) or self.done.iteration > 0 or self.done.version("agent") > 0:
             return
         await rehearse(self)
         await self.save(force=True)
