@@ -77,6 +77,11 @@ class TrainConfig:
     drop_no_signal_calls: bool = option(False, doc="leave calls with advantage 0 out of the GRPO step (with kl_coef and "
                                         "entropy_coef 0 they carry no gradient); the loss is then the token mean "
                                         "over the calls that carry signal")
+    # with a KL term those calls carry its gradient, so by default they stay; dropped, the KL is taken over the
+    # calls the step moves, and a CPU step costs what it costs without a KL term (about half)
+    drop_no_signal_calls_under_kl: bool = option(False, doc="with kl_coef or entropy_coef > 0, drop_no_signal_calls and "
+                                                 "skip_no_signal_steps apply all the same: that term is then taken "
+                                                 "over the calls that carry signal only")
     grad_clip: float = option(1.0, 0.0, 1e6)
     ppo_epochs: int = option(1, 1, 100)
     micro_batch_size: int = option(4, 1, 4096)

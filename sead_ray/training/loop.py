@@ -147,15 +147,16 @@ class SelfEvolutionLoop:
         rewards = role_rewards(ROLES[role], trajs, train)
         advantages = compute_advantages(rewards, [t.group for t in trajs], train.advantage_mode)
         samples = role_samples(ROLES[role], trajs, advantages, train.max_seq_len)
-        no_other_term = train.kl_coef == 0 and train.entropy_coef == 0
-        if train.drop_no_signal_calls and no_other_term and any(x.advantage for x in samples):
+        # a call with advantage 0 carries gradient only from a KL or entropy term (kept, unless asked otherwise)
+        signal_only = train.kl_coef == 0 and train.entropy_coef == 0 or train.drop_no_signal_calls_under_kl
+        if train.drop_no_signal_calls and signal_only and any(x.advantage for x in samples):
             kept = [x for x in samples if x.advantage != 0]
             log.info("iter %d %s: %d of %d calls carry no signal (advantage 0): left out of the step", iteration,
                      role, len(samples) - len(kept), len(samples))
             samples = kept
         trained_tokens = sum(sum(x.loss_mask) for x in samples)
         if advantages and all(a == 0 for a in advantages):
-            skip = train.skip_no_signal_steps and no_other_term
+            skip = train.skip_no_signal_steps and signal_only
             log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): %s",
                         iteration, role, train.advantage_mode, sum(t.success for t in trajs), len(trajs),
                         "step skipped, weights stay" if skip else "the policy-gradient term of this step is 0")

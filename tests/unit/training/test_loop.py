@@ -225,6 +225,10 @@ def test_a_batch_without_reward_differences_skips_its_step_only_when_asked(scena
         system, state = run(tmp_path / "-".join(settings), *settings)
         assert len(system.trained) == 2 and state["versions"]["agent"] == 2
         assert [r["train_skipped"] for r in system.rows] == [0, 0]
+    # unless the KL is asked to cover only the calls that carry signal: then there is none to take it over
+    system, state = run(tmp_path / "kl-signal-only", "train.skip_no_signal_steps=true", "train.kl_coef=0.1",
+                        "train.drop_no_signal_calls_under_kl=true")
+    assert system.trained == [] and state["versions"] == {"agent": 0}
 
 
 def test_a_stop_keeps_the_last_checkpoint_when_a_save_would_outlast_it(scenario, smollm_tokenizer, tmp_path):
@@ -521,15 +525,21 @@ class PhraseByCallAgent(FakeAgentEndpoint):
         return AgentTurnOutput(text, ids, [-0.5] * len(ids), policy_version=0)
 
 
-def test_calls_without_signal_are_left_out_of_the_step(scenario, smollm_tokenizer, tmp_path):
-    """Group 0 wins every call (advantage 0), group 1 wins one of four: only group 1 reaches the trainer."""
+@pytest.mark.parametrize("settings, trained", [
+    ((), 4),
+    (("train.kl_coef=0.1",), 8),      # their KL gradient keeps them in the step
+    (("train.kl_coef=0.1", "train.drop_no_signal_calls_under_kl=true"), 4)])
+def test_calls_without_signal_are_left_out_of_the_step(scenario, smollm_tokenizer, tmp_path, settings, trained):
+    """Group 0 wins every call (advantage 0), group 1 wins one of four: only group 1 reaches the trainer, unless
+    a KL term gives group 0 a gradient and is not asked to cover the calls with signal only."""
     cfg = tiny_config("train.batch_size=2", "train.rollouts_per_profile=4", "train.iterations=1",
-                      "train.advantage_mode=group_mean", "train.drop_no_signal_calls=true", "user.status_guards=false")
+                      "train.advantage_mode=group_mean", "train.drop_no_signal_calls=true", "user.status_guards=false",
+                      *settings)
     system = FakeLoopSystem(cfg, scenario, None)
     agent = PhraseByCallAgent(smollm_tokenizer, lambda did: "-p0000-" in did or did.endswith("-p0001-r0"))
     system._endpoints = RolloutEndpoints(agent, RuleUsers(scenario), smollm_tokenizer, engines=1)
     asyncio.run(SelfEvolutionLoop(cfg, scenario, system, tmp_path, TrainState(0, system.controller.state_dict()),
                                   saved=False).run())
-    assert len(system.trained) == 1 and len(system.trained[0]) == 4
-    assert sorted(s.advantage for s in system.trained[0]) == [-0.25, -0.25, -0.25, 0.75]
+    assert len(system.trained) == 1 and len(system.trained[0]) == trained
+    assert sorted(s.advantage for s in system.trained[0]) == sorted([-0.25, -0.25, -0.25, 0.75] + [0.0] * (trained - 4))
     assert len(system.outcomes[0]) == 8       # Mistake Analysis still counts every call
