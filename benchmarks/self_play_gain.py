@@ -7,8 +7,9 @@ the warm-started agent, on the same held-out profiles and seeds, per start and u
     python benchmarks/self_play_gain.py --report-only --held-out-n 64   # and a second, larger held-out draw
 
 Each run is `sead-ray train` of configs/embedded.yaml (train.warm_start on, its held-out evaluations at
-train.eval_depths and train.eval_user_sets); the control is seed 0 with train.lr = 0 (warm start, then no update;
-the rehearsal keeps its own rate, so the control is the warm-started agent replaying self-play without a step).
+train.eval_depths and train.eval_user_sets); the control is seed 0 with train.lr = 0 (warm start, then no update:
+the rehearsal keeps its own rate, so the control is the warm-started agent replaying self-play without a step; the
+loop takes none at lr 0).
 The held-out calls after the warm start (iteration 0) and after the last iteration are the same profiles with the
 same seeds: an exact one-sided McNemar test per run, start and user set, and over the user sets pooled. A gain is
 claimed for a start only where p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the

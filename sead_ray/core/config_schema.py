@@ -54,7 +54,8 @@ class TrainConfig:
     iterations: int = option(3, 1, 100000)
     batch_size: int = option(8, 1, 100000, "B: profiles per iteration")
     rollouts_per_profile: int = option(1, 1, 64, "GRPO group size")
-    lr: float = option(1e-6, 0.0, 1.0)
+    lr: float = option(1e-6, 0.0, 1.0, "GRPO's learning rate; 0: self-play is played but no step is taken (the control "
+                       "of benchmarks/self_play_gain.py)")
     reward: str = option("outcome", doc="the reward of a call (sead_ray.training.rewards): outcome = the paper's binary "
                          "reward, less format_penalty")
     advantage_mode: str = option("batch_mean", doc="the advantage estimator (sead_ray.training.grpo): batch_mean "

@@ -155,15 +155,18 @@ class SelfEvolutionLoop:
                      role, len(samples) - len(kept), len(samples))
             samples = kept
         trained_tokens = sum(sum(x.loss_mask) for x in samples)
-        if advantages and all(a == 0 for a in advantages):
+        skip = train.lr == 0      # the lr = 0 control (benchmarks/self_play_gain.py): a step would move no weight
+        if skip:
+            log.info("iter %d %s: train.lr = 0: no step (it would move no weight), weights stay", iteration, role)
+        elif advantages and all(a == 0 for a in advantages):
             skip = train.skip_no_signal_steps and signal_only
             log.warning("iter %d: all %s advantages are 0 (no reward differences within the %s baseline, CR %d/%d): %s",
                         iteration, role, train.advantage_mode, sum(t.success for t in trajs), len(trajs),
                         "step skipped, weights stay" if skip else "the policy-gradient term of this step is 0")
-            if skip:
-                version = self.done.version(role)
-                return Learning(rewards, StepMetrics.no_step(trained_tokens),
-                                SyncResult(version, 0.0, None, None, 0.0), version)
+        if skip:
+            version = self.done.version(role)
+            return Learning(rewards, StepMetrics.no_step(trained_tokens), SyncResult(version, 0.0, None, None, 0.0),
+                            version)
         log.info("iter %d %s GRPO: %d samples, %d tokens (%d trained), on %d ZeRO-%d worker(s)", iteration, role,
                  len(samples), sum(len(x.token_ids) for x in samples), trained_tokens,
                  self.cfg.trainer.num_workers, self.cfg.trainer.zero_stage)

@@ -225,6 +225,10 @@ def test_a_batch_without_reward_differences_skips_its_step_only_when_asked(scena
         system, state = run(tmp_path / "-".join(settings), *settings)
         assert len(system.trained) == 2 and state["versions"]["agent"] == 2
         assert [r["train_skipped"] for r in system.rows] == [0, 0]
+    # the lr = 0 control: no step either, whatever the calls
+    system, state = run(tmp_path / "lr0", "train.skip_no_signal_steps=false", "train.lr=0")
+    assert system.trained == [] and state["versions"] == {"agent": 0}
+    assert [r["train_skipped"] for r in system.rows] == [1, 1]
     # unless the KL is asked to cover only the calls that carry signal: then there is none to take it over
     system, state = run(tmp_path / "kl-signal-only", "train.skip_no_signal_steps=true", "train.kl_coef=0.1",
                         "train.drop_no_signal_calls_under_kl=true")
