@@ -9,7 +9,8 @@ the warm-started agent, on the same held-out profiles and seeds, per start and u
 Each run is `sead-ray train` of configs/embedded.yaml (train.warm_start on, its held-out evaluations at
 train.eval_depths and train.eval_user_sets); the control is seed 0 with train.lr = 0 (warm start, then no update:
 the rehearsal keeps its own rate, so the control is the warm-started agent replaying self-play without a step; the
-loop takes none at lr 0).
+loop takes none at lr 0). It starts from seed 0's warm start when --out holds one (the same rehearsal; see
+branch_from_warm_start), unless --control-from-scratch.
 The held-out calls after the warm start (iteration 0) and after the last iteration are the same profiles with the
 same seeds: an exact one-sided McNemar test per run, start and user set, and over the user sets pooled. A gain is
 claimed for a start only where p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the
@@ -49,6 +50,8 @@ def parse_args():
                    help="override a config key in every run")
     p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds of the trained runs")
     p.add_argument("--no-control", action="store_true", help="leave out the lr = 0 control")
+    p.add_argument("--control-from-scratch", action="store_true",
+                   help="rehearse the control itself, not from seed 0's warm start in --out (the same rehearsal)")
     p.add_argument("--out", default="runs/self-play-gain", help="parent folder of the runs")
     p.add_argument("--report-only", action="store_true", help="train nothing: read the runs already in --out")
     p.add_argument("--held-out-n", type=int, default=0, metavar="N",
@@ -57,13 +60,15 @@ def parse_args():
     return p.parse_args()
 
 
-def train(config: str, overrides: list[str], run_dir: Path) -> float:
+def train(config: str, overrides: list[str], run_dir: Path, on_resume: tuple[str, ...] = ()) -> float:
     """One run, resumed where an earlier call left it (a finished run resumes to nothing). A resumed run reads its
-    overrides from its own config.yaml: given again, a relative path among them would resolve against the run's
-    folder, not the config's."""
+    overrides from its own config.yaml (given again, a relative path among them would resolve against the run's
+    folder, not the config's) and `on_resume` on top."""
     cmd = [sys.executable, "-m", "sead_ray.cli.main", "train"]
     if (run_dir / "config.yaml").exists():
         cmd += ["--resume", str(run_dir)]
+        for item in on_resume:
+            cmd += ["--set", item]
     else:
         cmd += ["--config", config, "--out", str(run_dir)]
         for item in overrides:
@@ -71,6 +76,33 @@ def train(config: str, overrides: list[str], run_dir: Path) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
     return time.perf_counter() - t0
+
+
+def branch_from_warm_start(seed0: Path, control: Path) -> bool:
+    """Start the control from seed 0's warm start, which is the control's own (same seed, same config, the
+    rehearsal at its own rate): its rehearsed checkpoint, held-out draw, evaluation after the warm start and the
+    honest script's calls on that draw, linked, not copied. The control then resumes after iteration 0 with
+    train.lr = 0 (about 14 minutes of rehearsal and evaluation not played twice). False, and nothing done, when the
+    control already started or seed 0 has no rehearsed checkpoint."""
+    import os
+    import shutil
+    rehearsed = seed0 / "checkpoints" / "iter_0000"
+    if (control / "config.yaml").exists() or not (rehearsed / "state.json").exists():
+        return False
+    (control / "checkpoints").mkdir(parents=True)
+    shutil.copytree(rehearsed, control / "checkpoints" / "iter_0000", copy_function=os.link)
+    (control / "checkpoints" / "latest").symlink_to("iter_0000")
+    (control / "dialogues").mkdir()
+    for path in [*seed0.glob("dialogues/eval_0000*.jsonl"), seed0 / "dialogues" / "warm_start.jsonl",
+                 seed0 / "eval_profiles.jsonl"]:
+        if path.exists():
+            shutil.copy2(path, control / path.relative_to(seed0))
+    if (seed0 / "script-honest").exists():
+        shutil.copytree(seed0 / "script-honest", control / "script-honest")
+    rows = [line for line in (seed0 / "metrics.jsonl").read_text().splitlines() if json.loads(line)["iteration"] == 0]
+    (control / "metrics.jsonl").write_text("".join(f"{row}\n" for row in rows))
+    shutil.copy2(seed0 / "config.yaml", control / "config.yaml")   # train.lr = 0 is set on resume
+    return True
 
 
 def eval_files(run_dir: Path) -> dict[str, tuple[Path, Path]]:
@@ -226,8 +258,12 @@ def main() -> int:
         runs[control] = ["seed=0", "train.lr=0"]
     walls = {}
     for name, extra in runs.items():
-        if not args.report_only:
-            walls[name] = train(args.config, args.overrides + extra, out / name)
+        if args.report_only:
+            continue
+        if name == control and not args.control_from_scratch and branch_from_warm_start(out / "seed0", out / name):
+            print(f"{out / name}: the control starts from {out / 'seed0'}'s warm start", flush=True)
+        walls[name] = train(args.config, args.overrides + extra, out / name,
+                            on_resume=("train.lr=0",) if name == control else ())
     done = [name for name in runs if (out / name / "dialogues").exists()]
     fresh = {name: fresh_held_out(out / name, out / f"held-out-{args.held_out_seed}" / name, args.held_out_n,
                                   args.held_out_seed) for name in done} if args.held_out_n else {}
