@@ -1,7 +1,7 @@
 """The self-play's own gain, five seeds and the lr = 0 control (issue 36): what the demo's GRPO iterations add to
 the warm-started agent, on the same held-out profiles and seeds, per start and user set.
 
-    python benchmarks/self_play_gain.py                        # seeds 0-4 and the control, ~25 min each on 2 cores
+    python benchmarks/self_play_gain.py                        # seeds 0-4 and the control, 33-48 min a seed on 2 cores
     python benchmarks/self_play_gain.py --seeds 0 --no-control --set train.iterations=2
     python benchmarks/self_play_gain.py --report-only          # read the runs already in --out
     python benchmarks/self_play_gain.py --report-only --held-out-n 64   # and a second, larger held-out draw
