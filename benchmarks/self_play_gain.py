@@ -86,21 +86,22 @@ def branch_from_warm_start(seed0: Path, control: Path) -> bool:
     control already started or seed 0 has no rehearsed checkpoint."""
     import os
     import shutil
-    rehearsed = seed0 / "checkpoints" / "iter_0000"
+
+    from sead_ray.training.checkpoint import checkpoints_dir, truncate_metrics
+    rehearsed = checkpoints_dir(seed0) / "iter_0000"
     if (control / "config.yaml").exists() or not (rehearsed / "state.json").exists():
         return False
-    (control / "checkpoints").mkdir(parents=True)
-    shutil.copytree(rehearsed, control / "checkpoints" / "iter_0000", copy_function=os.link)
-    (control / "checkpoints" / "latest").symlink_to("iter_0000")
+    checkpoints_dir(control).mkdir(parents=True)
+    shutil.copytree(rehearsed, checkpoints_dir(control) / rehearsed.name, copy_function=os.link)
+    (checkpoints_dir(control) / "latest").symlink_to(rehearsed.name)
     (control / "dialogues").mkdir()
     for path in [*seed0.glob("dialogues/eval_0000*.jsonl"), seed0 / "dialogues" / "warm_start.jsonl",
-                 seed0 / "eval_profiles.jsonl"]:
+                 seed0 / "eval_profiles.jsonl", seed0 / "metrics.jsonl"]:
         if path.exists():
             shutil.copy2(path, control / path.relative_to(seed0))
+    truncate_metrics(control / "metrics.jsonl", 0)    # seed 0's rows up to its warm start
     if (seed0 / "script-honest").exists():
         shutil.copytree(seed0 / "script-honest", control / "script-honest")
-    rows = [line for line in (seed0 / "metrics.jsonl").read_text().splitlines() if json.loads(line)["iteration"] == 0]
-    (control / "metrics.jsonl").write_text("".join(f"{row}\n" for row in rows))
     shutil.copy2(seed0 / "config.yaml", control / "config.yaml")   # train.lr = 0 is set on resume
     return True
 
