@@ -1,7 +1,8 @@
 """`sead-ray doctor`: before a first run on a new cluster (or here), check each part a run needs, in the order a run
 meets them, one line each: the config, the models, Ray, the GPUs as the actors see them, /dev/shm and disk, the
 placement groups, an engine of each role, the trainer group, one weight sync with its digests, one greedy call end
-to end. A part that fails says what usually fixes it; the parts after it that need it are not checked."""
+to end. A part that fails says what usually fixes it; the parts after it that need it are not checked (a disk too
+small for the run's checkpoints is a failure the check-up itself does not need: the parts after it are checked)."""
 from __future__ import annotations
 
 import asyncio
@@ -38,11 +39,12 @@ CALL_TURNS = 2   # the call proves the path end to end (agent, user, parsing), n
 
 
 class PartFailed(Exception):
-    """A part that does not work, with what to do about it (None: FIXES says it)."""
+    """A part that does not work, with what to do about it (None: FIXES says it); `blocks` False when the parts
+    after it do not need it."""
 
-    def __init__(self, detail: str, fix: Optional[str] = None):
+    def __init__(self, detail: str, fix: Optional[str] = None, blocks: bool = True):
         super().__init__(detail)
-        self.fix = fix
+        self.fix, self.blocks = fix, blocks
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Check:
     detail: str
     seconds: float = 0.0
     fix: str = ""
+    blocks: bool = True   # a failure the parts after it need fixed first
 
     @property
     def ok(self) -> bool:
@@ -62,7 +65,7 @@ class Check:
         """A failed part from what was raised (a PartFailed's own fix, else the part's usual one)."""
         fix = exc.fix if isinstance(exc, PartFailed) and exc.fix else FIXES[part]
         text = str(exc) if isinstance(exc, PartFailed) else f"{type(exc).__name__}: {exc}"
-        return cls(part, "FAIL", " ".join(text.split())[:600], seconds, fix)
+        return cls(part, "FAIL", " ".join(text.split())[:600], seconds, fix, getattr(exc, "blocks", True))
 
     def line(self) -> str:
         """One line: status, part, what was seen (and the fix of a failure)."""
@@ -73,8 +76,8 @@ class Check:
 
 
 class Checks:
-    """The checks of one doctor run, in order: each is printed as it ends (`say`); after the first failure the
-    remaining parts are reported as not checked."""
+    """The checks of one doctor run, in order: each is printed as it ends (`say`); after the first failure that
+    blocks, the remaining parts are reported as not checked."""
 
     def __init__(self, say: Callable[[str], None] = print):
         self.done: list[Check] = []
@@ -84,6 +87,10 @@ class Checks:
     def failed(self) -> Optional[Check]:
         return next((c for c in self.done if c.status == "FAIL"), None)
 
+    @property
+    def blocking(self) -> Optional[Check]:
+        return next((c for c in self.done if c.status == "FAIL" and c.blocks), None)
+
     def record(self, check: Check) -> Check:
         self.done.append(check)
         self.say(check.line())
@@ -91,8 +98,8 @@ class Checks:
 
     async def run(self, part: str, step: Callable[[], Any]) -> bool:
         """Run one part's `step` (sync or async; it returns what it saw, or raises): True when it passed."""
-        if self.failed is not None:
-            self.record(Check(part, "not checked", f"needs {self.failed.part}"))
+        if self.blocking is not None:
+            self.record(Check(part, "not checked", f"needs {self.blocking.part}"))
             return False
         t0 = time.perf_counter()
         try:
@@ -106,10 +113,10 @@ class Checks:
         return True
 
     def summary(self, wall_s: float) -> str:
-        failed = self.failed
-        if failed is None:
+        failed = [c for c in self.done if c.status == "FAIL"]
+        if not failed:
             return f"doctor: all {len(self.done)} parts work ({wall_s:.0f} s)"
-        return f"doctor: {failed.part} FAILED ({wall_s:.0f} s): {failed.fix}"
+        return f"doctor: {', '.join(c.part for c in failed)} FAILED ({wall_s:.0f} s): {failed[0].fix}"
 
 
 def checkpoints_on_disk(cfg: Any) -> int:
@@ -212,7 +219,8 @@ class Doctor:
         where = self.work_dir.parent
         if free < need:
             raise PartFailed(f"{where} has {free / GIB:.1f} GiB free; the run's {checkpoints_on_disk(self.cfg)} "
-                             f"checkpoints on disk at once need {need / GIB:.1f} GiB")
+                             f"checkpoints on disk at once need {need / GIB:.1f} GiB (train.keep_checkpoints "
+                             f"fewer; the check-up itself writes none, so its other parts go on)", blocks=False)
         shm = (f"/dev/shm: {shm_free_bytes(ray.get_runtime_context().get_node_id()) / GIB:.1f} GiB free for "
                f"{weight_bytes / GIB:.2f} GiB of weights; " if self.cfg.weight_sync.transport == "shm" else "")
         return (f"{shm}{where}: {free / GIB:.0f} GiB free for {checkpoints_on_disk(self.cfg)} checkpoints of "
@@ -238,7 +246,7 @@ class Doctor:
                 self.trainer_error = exc
             self.trainer_s = time.perf_counter() - t0
 
-        if checks.failed is not None:
+        if checks.blocking is not None:
             for part in ("placement", "engines", "trainer"):
                 await checks.run(part, lambda: "")
             return

@@ -38,6 +38,25 @@ def test_a_part_that_knows_its_fix_says_it():
     assert checks.failed.detail == "no GPU seen"
 
 
+def test_a_failure_that_does_not_block_lets_the_parts_after_it_run_and_still_fails_the_check_up():
+    checks = Checks(lambda line: None)
+
+    def storage() -> str:
+        raise PartFailed("/data has 2.6 GiB free; the run's 4 checkpoints on disk at once need 10.0 GiB", blocks=False)
+
+    async def run() -> None:
+        assert await checks.run("ray", lambda: "1 node")
+        assert not await checks.run("storage", storage)
+        assert await checks.run("placement", lambda: "made")
+        assert not await checks.run("engines", lambda: (_ for _ in ()).throw(RuntimeError("engine died")))
+        assert not await checks.run("trainer", lambda: "never called")
+    asyncio.run(run())
+    assert [c.status for c in checks.done] == ["ok", "FAIL", "ok", "FAIL", "not checked"]
+    assert checks.failed.part == "storage" and checks.blocking.part == "engines"
+    assert checks.done[-1].detail == "needs engines"
+    assert checks.summary(9.0).startswith("doctor: storage, engines FAILED (9 s): free the space")
+
+
 def test_all_parts_pass_gives_a_passing_summary():
     checks = Checks(lambda line: None)
 
