@@ -10,7 +10,10 @@ Each run is `sead-ray train` of configs/embedded.yaml (train.warm_start on, its 
 train.eval_depths and train.eval_user_sets); the control is seed 0 with train.lr = 0 (warm start, then no update:
 the rehearsal keeps its own rate, so the control is the warm-started agent replaying self-play without a step; the
 loop takes none at lr 0). It starts from seed 0's warm start when --out holds one (the same rehearsal; see
-branch_from_warm_start), unless --control-from-scratch.
+branch_from_warm_start), unless --control-from-scratch. `--warm-start-from DIR` starts each seed the same way from
+DIR/seedK's warm start: a recipe that changes only what comes after the rehearsal (train.kl_coef, the iterations,
+...) is tried without rehearsing again; a key the rehearsal depends on (the seed, the scenario, the models) stops the
+resume with the key named.
 The held-out calls after the warm start (iteration 0) and after the last iteration are the same profiles with the
 same seeds: an exact one-sided McNemar test per run, start and user set, and over the user sets pooled. A gain is
 claimed for a start only where p < 0.05 in at least 4 of 5 seeds and not in the control. Every won call of the
@@ -52,6 +55,9 @@ def parse_args():
     p.add_argument("--no-control", action="store_true", help="leave out the lr = 0 control")
     p.add_argument("--control-from-scratch", action="store_true",
                    help="rehearse the control itself, not from seed 0's warm start in --out (the same rehearsal)")
+    p.add_argument("--warm-start-from", metavar="DIR",
+                   help="start each seed K from DIR/seedK's warm start (its rehearsal, held-out draw and first "
+                        "evaluation), the --set keys applied on resume")
     p.add_argument("--out", default="runs/self-play-gain", help="parent folder of the runs")
     p.add_argument("--report-only", action="store_true", help="train nothing: read the runs already in --out")
     p.add_argument("--held-out-n", type=int, default=0, metavar="N",
@@ -83,7 +89,8 @@ def branch_from_warm_start(seed0: Path, control: Path) -> bool:
     rehearsal at its own rate): its rehearsed checkpoint, held-out draw, evaluation after the warm start and the
     honest script's calls on that draw, linked, not copied. The control then resumes after iteration 0 with
     train.lr = 0 (about 14 minutes of rehearsal and evaluation not played twice). False, and nothing done, when the
-    control already started or seed 0 has no rehearsed checkpoint."""
+    control already started or seed 0 has no rehearsed checkpoint. (`--warm-start-from` branches a seed from another
+    folder's same seed the same way, resuming with the recipe's keys.)"""
     import os
     import shutil
 
@@ -104,6 +111,17 @@ def branch_from_warm_start(seed0: Path, control: Path) -> bool:
         shutil.copytree(seed0 / "script-honest", control / "script-honest")
     shutil.copy2(seed0 / "config.yaml", control / "config.yaml")   # train.lr = 0 is set on resume
     return True
+
+
+def same_scenario(source: Path, overrides: list[str]) -> None:
+    """Stop before branching from a run rehearsed on another scenario than the one asked for (--set scenario=)."""
+    import yaml
+    asked = [o.split("=", 1)[1] for o in overrides if o.startswith("scenario=")]
+    if not asked or not (source / "config.yaml").exists():
+        return
+    theirs = Path(yaml.safe_load((source / "config.yaml").read_text())["scenario"])
+    if theirs.read_bytes() != (ROOT / asked[-1]).read_bytes():
+        sys.exit(f"--warm-start-from: {source} was rehearsed on {theirs}, not on {asked[-1]}")
 
 
 def eval_files(run_dir: Path) -> dict[str, tuple[Path, Path]]:
@@ -261,10 +279,17 @@ def main() -> int:
     for name, extra in runs.items():
         if args.report_only:
             continue
+        on_resume: tuple[str, ...] = ("train.lr=0",) if name == control else ()
         if name == control and not args.control_from_scratch and branch_from_warm_start(out / "seed0", out / name):
             print(f"{out / name}: the control starts from {out / 'seed0'}'s warm start", flush=True)
-        walls[name] = train(args.config, args.overrides + extra, out / name,
-                            on_resume=("train.lr=0",) if name == control else ())
+        elif name != control and args.warm_start_from:
+            source = Path(args.warm_start_from) / name
+            same_scenario(source, args.overrides)
+            if branch_from_warm_start(source, out / name):
+                print(f"{out / name}: starts from {source}'s warm start", flush=True)
+            # the source's scenario stands (checked the same above): given again it would resolve against the run
+            on_resume = tuple(o for o in args.overrides + extra if not o.startswith("scenario="))
+        walls[name] = train(args.config, args.overrides + extra, out / name, on_resume=on_resume)
     done = [name for name in runs if (out / name / "dialogues").exists()]
     fresh = {name: fresh_held_out(out / name, out / f"held-out-{args.held_out_seed}" / name, args.held_out_n,
                                   args.held_out_seed) for name in done} if args.held_out_n else {}

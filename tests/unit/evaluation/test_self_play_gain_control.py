@@ -47,3 +47,15 @@ def test_the_control_starts_from_seed_0s_warm_start_and_nothing_after_it(tmp_pat
     for name in ("eval_profiles.jsonl", "script-honest/dialogues.jsonl", "config.yaml"):
         assert (control / name).read_text() == (seed0 / name).read_text()
     assert not self_play_gain.branch_from_warm_start(seed0, control)      # started already: left as it is
+
+
+def test_warm_start_from_refuses_a_run_rehearsed_on_another_scenario(tmp_path):
+    import pytest
+    source = tmp_path / "seed1"
+    source.mkdir()
+    restaurant = ROOT / "configs" / "scenarios" / "restaurant_promotion.yaml"
+    (source / "config.yaml").write_text(f"seed: 1\nscenario: {restaurant}\n")
+    self_play_gain.same_scenario(source, ["scenario=configs/scenarios/restaurant_promotion.yaml"])   # the same: on
+    self_play_gain.same_scenario(source, ["train.kl_coef=0.2"])                                  # none asked: on
+    with pytest.raises(SystemExit, match="rehearsed on .*restaurant_promotion.yaml, not on .*charity_donation"):
+        self_play_gain.same_scenario(source, ["scenario=configs/scenarios/charity_donation.yaml"])
