@@ -94,8 +94,8 @@ def branch_from_warm_start(seed0: Path, control: Path) -> bool:
     import os
     import shutil
 
-    from sead_ray.training.checkpoint import checkpoints_dir, truncate_metrics
-    rehearsed = checkpoints_dir(seed0) / "iter_0000"
+    from sead_ray.training.checkpoint import checkpoint_dir, checkpoints_dir, truncate_metrics
+    rehearsed = checkpoint_dir(seed0, 0)
     if (control / "config.yaml").exists() or not (rehearsed / "state.json").exists():
         return False
     checkpoints_dir(control).mkdir(parents=True)

@@ -49,6 +49,11 @@ def checkpoints_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
+    """The checkpoint after `iteration` (0: the warm start's, the self-play's baseline and the KL's reference)."""
+    return checkpoints_dir(run_dir) / f"iter_{iteration:04d}"
+
+
 def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
@@ -85,7 +90,7 @@ def save_checkpoint(save_weights: Callable[[Path], Any], run_dir: Path, state: T
     `move(staged, directory)` copies them into the run); then state.json, then `latest` moves to the new folder,
     then all but the newest `keep` checkpoints go (0 keeps every one). `weights_written()` is called once
     `save_weights` returned: the trainer is free again while the copy goes on."""
-    directory = checkpoints_dir(run_dir) / f"iter_{state.iteration:04d}"
+    directory = checkpoint_dir(run_dir, state.iteration)
     written = Path(staging) / Path(run_dir).name / directory.name if staging else directory
     t0 = time.perf_counter()
     try:
@@ -127,7 +132,7 @@ def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
     a warm start's weights, the self-play's baseline)."""
     latest = latest_checkpoint(run_dir)
     complete = complete_checkpoints(run_dir)
-    removed = [p for p in complete[:-keep] if p != latest and p.name != "iter_0000"]
+    removed = [p for p in complete[:-keep] if p != latest and p != checkpoint_dir(run_dir, 0)]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
     return removed

@@ -28,7 +28,7 @@ from sead_ray.play.rollout import RolloutEndpoints, RolloutResult, run_dialogues
 from sead_ray.scenario.profiles import Profile
 from sead_ray.scenario.scenario import Scenario
 from sead_ray.scenario.state import State
-from sead_ray.training.checkpoint import CheckpointError, TrainState, checkpoints_dir
+from sead_ray.training.checkpoint import CheckpointError, TrainState, checkpoint_dir
 from sead_ray.training.grpo import compute_advantages
 from sead_ray.training.progress import ProgressKeeper, StopRequested
 from sead_ray.training.rewards import REWARDS, simulator_reward
@@ -191,7 +191,7 @@ class SelfEvolutionLoop:
         if self.cfg.train.kl_coef == 0 or not rehearses(self.cfg):
             return
         await self.saved()
-        rehearsed = checkpoints_dir(self.run_dir) / "iter_0000"
+        rehearsed = checkpoint_dir(self.run_dir, 0)
         if not (rehearsed / "state.json").exists():
             raise CheckpointError(f"{rehearsed}: no checkpoint of the rehearsed agent, the KL's reference (train.kl_coef "
                                   f"= {self.cfg.train.kl_coef:g} with train.warm_start = {self.cfg.train.warm_start})")
