@@ -147,7 +147,8 @@ def _doctor_command(sub: Any) -> None:
                     "resources), /dev/shm and the disk the run's checkpoints need, the placement groups, an engine of "
                     "each role (with its tensor parallelism), the trainer group, one weight sync with its digests "
                     "compared, and one greedy call end to end. One line per part, pass or FAIL with what usually "
-                    "fixes it; the parts after a failure are not checked. Exit 0 when every part works, 2 otherwise.",
+                    "fixes it; the parts after a failure are not checked (after a disk too small for the run's "
+                    "checkpoints they are: the check-up writes none). Exit 0 when every part works, 2 otherwise.",
         epilog="example:\n  sead-ray doctor --config configs/embedded.yaml",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(dr)
