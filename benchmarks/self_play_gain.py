@@ -113,15 +113,17 @@ def branch_from_warm_start(seed0: Path, control: Path) -> bool:
     return True
 
 
-def same_scenario(source: Path, overrides: list[str]) -> None:
-    """Stop before branching from a run rehearsed on another scenario than the one asked for (--set scenario=)."""
-    import yaml
-    asked = [o.split("=", 1)[1] for o in overrides if o.startswith("scenario=")]
-    if not asked or not (source / "config.yaml").exists():
+def same_scenario(source: Path, config: str, overrides: list[str]) -> None:
+    """Stop before branching from a run rehearsed on another scenario than the one asked for (the config's, or
+    --set scenario=, read from the config's folder as `sead-ray train` reads it)."""
+    from sead_ray.core.config import load_config
+    from sead_ray.runs.inputs import load
+    if not (source / "config.yaml").exists():
         return
-    theirs = Path(yaml.safe_load((source / "config.yaml").read_text())["scenario"])
-    if theirs.read_bytes() != (ROOT / asked[-1]).read_bytes():
-        sys.exit(f"--warm-start-from: {source} was rehearsed on {theirs}, not on {asked[-1]}")
+    theirs = load_config(source / "config.yaml").scenario   # stored absolute
+    asked = Path(load(config, overrides)[1].source)          # a path that names no file: the config's own error
+    if Path(theirs).read_bytes() != asked.read_bytes():
+        sys.exit(f"--warm-start-from: {source} was rehearsed on {theirs}, not on {asked}")
 
 
 def eval_files(run_dir: Path) -> dict[str, tuple[Path, Path]]:
@@ -284,7 +286,7 @@ def main() -> int:
             print(f"{out / name}: the control starts from {out / 'seed0'}'s warm start", flush=True)
         elif name != control and args.warm_start_from:
             source = Path(args.warm_start_from) / name
-            same_scenario(source, args.overrides)
+            same_scenario(source, args.config, args.overrides)
             if branch_from_warm_start(source, out / name):
                 print(f"{out / name}: starts from {source}'s warm start", flush=True)
             # the source's scenario stands (checked the same above): given again it would resolve against the run

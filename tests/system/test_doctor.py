@@ -49,10 +49,10 @@ def test_doctor_passes_every_part_of_the_embedded_config(tmp_path):
 
 
 def test_doctor_names_a_placement_group_that_cannot_be_made(tmp_path):
+    short = disk_short(tmp_path)
     proc, _ = doctor(tmp_path, "agent.engines=64")
     assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
     lines = part_lines(proc)
-    short = disk_short(tmp_path)
     assert [p for p, line in lines.items() if line.startswith("FAIL")] == ["storage"] * short + ["placement"]
     assert all(lines[p].startswith("ok") for p in PARTS[:PARTS.index("placement")] if not (short and p == "storage"))
     assert all(lines[p].startswith("--") for p in PARTS[PARTS.index("placement") + 1:])

@@ -55,7 +55,8 @@ def test_warm_start_from_refuses_a_run_rehearsed_on_another_scenario(tmp_path):
     source.mkdir()
     restaurant = ROOT / "configs" / "scenarios" / "restaurant_promotion.yaml"
     (source / "config.yaml").write_text(f"seed: 1\nscenario: {restaurant}\n")
-    self_play_gain.same_scenario(source, ["scenario=configs/scenarios/restaurant_promotion.yaml"])   # the same: on
-    self_play_gain.same_scenario(source, ["train.kl_coef=0.2"])                                  # none asked: on
+    config = str(ROOT / "configs" / "embedded.yaml")   # its scenario, the restaurant's, read from configs/
+    self_play_gain.same_scenario(source, config, ["scenario=scenarios/restaurant_promotion.yaml"])   # the same: on
+    self_play_gain.same_scenario(source, config, ["train.kl_coef=0.2"])                      # the config's own: on
     with pytest.raises(SystemExit, match="rehearsed on .*restaurant_promotion.yaml, not on .*charity_donation"):
-        self_play_gain.same_scenario(source, ["scenario=configs/scenarios/charity_donation.yaml"])
+        self_play_gain.same_scenario(source, config, ["scenario=scenarios/charity_donation.yaml"])
